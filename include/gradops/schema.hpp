@@ -1,0 +1,91 @@
+// The op table: every operator's ORT name, inputs, outputs, attributes and dtype signatures.
+// This one table drives validation, the by-name API, the C ABI, the CLI's `list`, the ONNX Runtime
+// adapter and the tests.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "gradops/types.hpp"
+
+namespace gradops {
+
+enum class OpId : uint8_t {
+  // the 17 gradient operators
+  GeluGrad, FastGeluGrad, BiasGeluGrad_dX, BiasFastGeluGrad_dX, ReluGrad, SigmoidGrad, TanhGrad,
+  QuickGeluGrad, LeakyReluGrad, SoftmaxGrad, SoftmaxGrad_13, LogSoftmaxGrad, LogSoftmaxGrad_13,
+  LayerNormalizationGrad, InvertibleLayerNormalizationGrad, SimplifiedLayerNormalizationGrad,
+  BatchNormalizationGrad,
+  // forward companions
+  Gelu, FastGelu, BiasGelu, QuickGelu, Relu, Sigmoid, Tanh, LeakyRelu, Softmax, Softmax_13,
+  LogSoftmax, LogSoftmax_13, LayerNormalization, SimplifiedLayerNormalization, BatchNormInternal,
+};
+inline constexpr int kNumOps = static_cast<int>(OpId::BatchNormInternal) + 1;
+
+// Op families: one source file per family in every layer (src/ops, src/cpu, src/cuda, tests, docs).
+enum class OpFamily : uint8_t { activation, softmax, layer_norm, batch_norm };
+const char* op_family_name(OpFamily f) noexcept;  // "activation", ...
+
+enum class AttrType : uint8_t { int64, float32 };
+
+struct AttrSchema {
+  std::string_view name;
+  AttrType type;
+  double default_value;
+  bool required;    // no default (BatchNormalizationGrad's epsilon)
+  bool extension;   // gradops-only, not in ORT's schema
+  std::string_view doc;
+};
+
+struct ArgSchema {
+  std::string_view name;  // ORT's name
+  uint8_t type_var;       // index into OpSchema::type_vars
+  bool optional;
+  bool extension;         // gradops-only, not in ORT's schema
+  std::string_view doc;
+};
+
+// One allowed assignment of dtypes to the op's type variables, in type_vars order.
+struct TypeSignature {
+  std::array<DType, 3> types;
+};
+
+// Output `output` may be the very same buffer as input `input` (same pointer, same bytes).
+struct AliasRule {
+  int8_t output;
+  int8_t input;
+};
+
+struct OpSchema {
+  OpId id;
+  std::string_view name;    // ORT's op name
+  std::string_view domain;  // "com.microsoft", or "" for the ONNX domain
+  int since_version;
+  OpFamily family;
+  bool gradient;            // one of the 17 gradient operators
+  bool allow_unchecked_attributes;  // unknown attribute names are ignored rather than rejected
+  std::span<const std::string_view> type_vars;  // "T", or "T","U","V", or "T","T1","T2"
+  std::span<const ArgSchema> inputs;
+  std::span<const ArgSchema> outputs;
+  std::span<const AttrSchema> attributes;
+  std::span<const TypeSignature> signatures;
+  std::span<const AliasRule> aliases;
+  std::string_view summary;
+
+  int num_required_inputs() const noexcept;
+  int num_required_outputs() const noexcept;
+  int find_attribute(std::string_view attr) const noexcept;  // index or -1
+};
+
+// All operators, gradients first, in OpId order.
+std::span<const OpSchema> op_schemas() noexcept;
+const OpSchema& op_schema(OpId id) noexcept;
+// nullptr if no operator has this ORT name.
+const OpSchema* find_op(std::string_view name) noexcept;
+
+inline constexpr int kMaxArgs = 5;
+inline constexpr int kMaxAttrs = 4;
+
+}  // namespace gradops

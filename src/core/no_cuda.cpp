@@ -1,0 +1,6 @@
+// Linked when gradops is built without CUDA.
+#include "gradops/context.hpp"
+
+namespace gradops::detail {
+bool default_device_allocator(Device, WorkspaceAllocator*) { return false; }
+}  // namespace gradops::detail

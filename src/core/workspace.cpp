@@ -1,0 +1,40 @@
+#include "core/workspace.hpp"
+
+#include <new>
+#include <string>
+
+namespace gradops::detail {
+namespace {
+
+void* host_allocate(void*, Device, std::size_t bytes) {
+  return ::operator new(bytes, std::align_val_t{64}, std::nothrow);
+}
+void host_deallocate(void*, Device, void* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+
+}  // namespace
+
+// Defined by the CUDA backend when it is built; returns false otherwise.
+bool default_device_allocator(Device device, WorkspaceAllocator* out);
+
+Status Workspace::allocate(const Context& ctx, Device device, std::size_t bytes, std::string_view op) {
+  if (ctx.allocator && ctx.allocator->allocate) {
+    alloc_ = *ctx.allocator;
+  } else if (device.type == DeviceType::cpu) {
+    alloc_ = {host_allocate, host_deallocate, nullptr};
+  } else if (!default_device_allocator(device, &alloc_)) {
+    return Status(StatusCode::unimplemented, std::string(op) + ": no allocator for this device");
+  }
+  device_ = device;
+  bytes_ = bytes;
+  ptr_ = bytes ? alloc_.allocate(alloc_.user, device, bytes) : nullptr;
+  if (bytes && !ptr_)
+    return Status(StatusCode::out_of_memory,
+                  std::string(op) + ": could not allocate " + std::to_string(bytes) + " bytes of scratch");
+  return {};
+}
+
+Workspace::~Workspace() {
+  if (ptr_ && alloc_.deallocate) alloc_.deallocate(alloc_.user, device_, ptr_, bytes_);
+}
+
+}  // namespace gradops::detail

@@ -1,0 +1,26 @@
+// Activation family: the elementwise gradients (Gelu, FastGelu and their bias forms, Relu,
+// Sigmoid, Tanh, QuickGelu, LeakyRelu) and their forwards.
+#pragma once
+
+#include "gradops/context.hpp"
+#include "gradops/schema.hpp"
+#include "gradops/status.hpp"
+
+namespace gradops::detail {
+
+struct ActivationDesc {
+  OpId op;
+  DType dtype;
+  int64_t count;         // elements of dx (or y)
+  int64_t cols;          // bias length = the last dim; 0 when there is no bias
+  const void* dy;        // gradients only
+  const void* x;         // the forward input (or output, for Sigmoid/Tanh/LeakyRelu grads)
+  const void* bias;      // BiasGelu*, FastGelu with bias; else nullptr
+  void* out;             // dx, or the forward output
+  void* db;              // optional bias gradient; nullptr when not wanted
+  float alpha;           // QuickGelu*, LeakyRelu*
+};
+
+Status cpu_activation(const ActivationDesc& d, const Context& ctx);
+
+}  // namespace gradops::detail

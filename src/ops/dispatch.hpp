@@ -1,0 +1,46 @@
+// Implementation lists: for each family an ordered array of implementations; the first whose
+// device matches and whose supports() accepts the descriptor runs. GRADOPS_VERBOSE=dispatch
+// prints which ran and why earlier ones declined.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "gradops/context.hpp"
+#include "gradops/status.hpp"
+#include "gradops/types.hpp"
+
+namespace gradops::detail {
+
+template <class Desc>
+struct Impl {
+  const char* name;  // "cpu:scalar", "cuda:warp_per_row", ...
+  DeviceType device;
+  // nullptr accepts everything; otherwise returns nullptr to accept or the reason it declines.
+  const char* (*declines)(const Desc&);
+  Status (*run)(const Desc&, const Context&);
+};
+
+bool verbose_dispatch();
+void log_dispatch(std::string_view op, const char* impl, const char* verdict);
+
+template <class Desc>
+Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device device, const Desc& desc,
+                const Context& ctx) {
+  const bool verbose = verbose_dispatch();
+  for (const Impl<Desc>& impl : impls) {
+    if (impl.device != device.type) continue;
+    if (const char* why = impl.declines ? impl.declines(desc) : nullptr) {
+      if (verbose) log_dispatch(op, impl.name, why);
+      continue;
+    }
+    if (verbose) log_dispatch(op, impl.name, "runs");
+    return impl.run(desc, ctx);
+  }
+  return Status(StatusCode::unimplemented,
+                std::string(op) + ": no implementation for " + device_type_name(device.type) +
+                    " tensors in this build" +
+                    (device.type == DeviceType::cuda ? " (gradops was built without CUDA)" : ""));
+}
+
+}  // namespace gradops::detail

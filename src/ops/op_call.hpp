@@ -1,0 +1,57 @@
+// OpCall: one call of an operator after the checks that every op shares (arity, attributes,
+// dtypes against the signatures, devices, null data, size overflow, aliasing). Each family's
+// op-layer file turns it into that family's descriptor and checks the shape rules.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "gradops/context.hpp"
+#include "gradops/ops.hpp"
+#include "gradops/schema.hpp"
+#include "gradops/status.hpp"
+
+namespace gradops::detail {
+
+struct OpCall {
+  const OpSchema* op = nullptr;
+  std::array<const TensorView*, kMaxArgs> in{};   // nullptr: optional input absent
+  std::array<const TensorView*, kMaxArgs> out{};  // nullptr: optional output not wanted
+  std::array<double, kMaxAttrs> attr{};           // by schema index, defaults filled in
+  std::array<DType, 3> types{};                   // the matched signature, by type variable
+  Device device{};                                // the device of every tensor
+
+  const TensorView& input(int i) const { return *in[i]; }
+  const TensorView& output(int i) const { return *out[i]; }
+  bool has_input(int i) const { return in[i] != nullptr; }
+  bool has_output(int i) const { return out[i] != nullptr; }
+  double attribute(std::string_view name) const { return attr[op->find_attribute(name)]; }
+  std::string_view in_name(int i) const { return op->inputs[i].name; }
+  std::string_view out_name(int i) const { return op->outputs[i].name; }
+};
+
+// "[2, 3, 4]"
+std::string shape_string(std::span<const int64_t> shape);
+
+// invalid_argument with "<op>: <message>".
+Status invalid(const OpCall& c, const std::string& message);
+// invalid_argument "<op>: <what> has shape [..], expected [..]" when the shapes differ.
+Status require_same_shape(const OpCall& c, std::string_view what, const TensorView& t,
+                          std::string_view ref_name, const TensorView& ref);
+// Normalizes axis into [0, rank) or fails naming the op and the attribute.
+Status normalize_axis(const OpCall& c, int64_t axis, int rank, int* out);
+// Product of dims [begin, end).
+int64_t dims_product(const TensorView& t, int begin, int end);
+
+// Family entry points (src/ops/<family>.cpp): shape rules, descriptor, dispatch.
+Status run_activation(const OpCall& c, const Context& ctx);
+Status run_softmax(const OpCall& c, const Context& ctx);
+Status run_layer_norm(const OpCall& c, const Context& ctx);
+Status run_batch_norm(const OpCall& c, const Context& ctx);
+
+// The shared checks, then the family. Entry for the per-op functions, `run` and the C ABI.
+Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
+              std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
+              const Context& ctx);
+
+}  // namespace gradops::detail

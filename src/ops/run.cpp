@@ -1,0 +1,274 @@
+// The checks every op shares, in the order a user would want to hear about them, and the hand-off
+// to the op's family. Nothing here or in a family's op layer writes to an output.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "gradops/ops.hpp"
+#include "ops/op_call.hpp"
+
+namespace gradops::detail {
+namespace {
+
+std::string signature_string(const OpSchema& op, const TypeSignature& s) {
+  std::string r = "(";
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) {
+    if (v) r += ", ";
+    r += dtype_name(s.types[v]);
+  }
+  return r + ")";
+}
+
+std::string allowed_signatures(const OpSchema& op) {
+  std::string r;
+  for (const TypeSignature& s : op.signatures) r += (r.empty() ? "" : " ") + signature_string(op, s);
+  return r;
+}
+
+Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
+  const OpSchema& op = *c.op;
+  std::array<bool, kMaxAttrs> given{};
+  for (std::size_t i = 0; i < op.attributes.size(); ++i) c.attr[i] = op.attributes[i].default_value;
+  for (const Attribute& a : attributes) {
+    const int i = op.find_attribute(a.name);
+    if (i < 0) {
+      if (op.allow_unchecked_attributes) continue;
+      std::string known;
+      for (const AttrSchema& s : op.attributes) known += (known.empty() ? "" : ", ") + std::string(s.name);
+      return invalid(c, "unknown attribute '" + std::string(a.name) + "' (this op takes " +
+                            (known.empty() ? std::string("none") : known) + ")");
+    }
+    const AttrSchema& s = op.attributes[i];
+    if (given[i]) return invalid(c, "attribute '" + std::string(a.name) + "' is given twice");
+    given[i] = true;
+    if (s.type == AttrType::int64) {
+      if (!(std::nearbyint(a.value) == a.value) || std::fabs(a.value) > 9.0e15)
+        return invalid(c, "attribute '" + std::string(a.name) + "' must be an integer, got " +
+                              std::to_string(a.value));
+      c.attr[i] = a.value;
+    } else {
+      if (std::isnan(a.value))
+        return invalid(c, "attribute '" + std::string(a.name) + "' is NaN");
+      c.attr[i] = static_cast<double>(static_cast<float>(a.value));  // FLOAT attributes are f32
+    }
+  }
+  for (std::size_t i = 0; i < op.attributes.size(); ++i)
+    if (op.attributes[i].required && !given[i])
+      return invalid(c, "required attribute '" + std::string(op.attributes[i].name) + "' is missing");
+  return {};
+}
+
+Status check_tensor(const OpCall& c, const char* role, std::string_view name, const TensorView& t) {
+  const std::string who = std::string(role) + " '" + std::string(name) + "'";
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return invalid(c, who + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
+                          std::to_string(kMaxRank));
+  if (static_cast<unsigned>(t.dtype) > static_cast<unsigned>(DType::bf16))
+    return invalid(c, who + " has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype)));
+  for (int d = 0; d < t.rank; ++d)
+    if (t.dims[d] < 0)
+      return invalid(c, who + " has a negative dimension: shape " + shape_string(t.shape()));
+  if (t.nbytes() < 0)
+    return invalid(c, who + " with shape " + shape_string(t.shape()) +
+                          " has more elements than fit in 64-bit byte offsets");
+  if (t.data == nullptr && t.numel() > 0)
+    return invalid(c, who + " has null data but " + std::to_string(t.numel()) + " elements");
+  if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda)
+    return invalid(c, who + " has an unknown device type");
+  return {};
+}
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  const int64_t na = a.nbytes(), nb = b.nbytes();
+  if (na <= 0 || nb <= 0 || !(a.device == b.device)) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
+  return pa < pb + static_cast<uintptr_t>(nb) && pb < pa + static_cast<uintptr_t>(na);
+}
+
+bool alias_allowed(const OpSchema& op, int out, int in, const TensorView& o, const TensorView& i) {
+  for (const AliasRule& r : op.aliases)
+    if (r.output == out && r.input == in)
+      return o.data == i.data && o.dtype == i.dtype && o.nbytes() == i.nbytes();
+  return false;
+}
+
+Status check_aliasing(const OpCall& c) {
+  const OpSchema& op = *c.op;
+  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+    if (!c.out[o]) continue;
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      if (!c.in[i] || !overlaps(*c.out[o], *c.in[i])) continue;
+      if (alias_allowed(op, static_cast<int>(o), static_cast<int>(i), *c.out[o], *c.in[i])) continue;
+      return invalid(c, "output '" + std::string(c.out_name(o)) + "' overlaps input '" +
+                            std::string(c.in_name(i)) + "'" +
+                            (op.aliases.empty() ? std::string()
+                                                : std::string(" (only the exact same buffer is allowed "
+                                                              "for the documented in-place pairs)")));
+    }
+    for (std::size_t o2 = 0; o2 < o; ++o2)
+      if (c.out[o2] && overlaps(*c.out[o], *c.out[o2]))
+        return invalid(c, "outputs '" + std::string(c.out_name(o2)) + "' and '" +
+                              std::string(c.out_name(o)) + "' overlap");
+  }
+  return {};
+}
+
+Status check_types(OpCall& c) {
+  const OpSchema& op = *c.op;
+  constexpr int kUnset = -1;
+  std::array<int, 3> var{kUnset, kUnset, kUnset};
+  std::array<std::string_view, 3> first{};
+  auto visit = [&](const ArgSchema& a, const TensorView* t) -> Status {
+    if (!t) return {};
+    int& v = var[a.type_var];
+    if (v == kUnset) {
+      v = static_cast<int>(t->dtype);
+      first[a.type_var] = a.name;
+    } else if (v != static_cast<int>(t->dtype)) {
+      return invalid(c, "'" + std::string(a.name) + "' has dtype " + dtype_name(t->dtype) + " but '" +
+                            std::string(first[a.type_var]) + "' (same type " +
+                            std::string(op.type_vars[a.type_var]) + ") has " +
+                            dtype_name(static_cast<DType>(v)));
+    }
+    return {};
+  };
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    if (Status s = visit(op.inputs[i], c.in[i]); !s) return s;
+  for (std::size_t i = 0; i < op.outputs.size(); ++i)
+    if (Status s = visit(op.outputs[i], c.out[i]); !s) return s;
+  // Type variables that only optional, absent tensors carry (U of a forward LayerNorm without
+  // statistics) match any signature.
+  for (const TypeSignature& s : op.signatures) {
+    bool match = true;
+    for (std::size_t v = 0; v < op.type_vars.size(); ++v)
+      match = match && (var[v] == kUnset || var[v] == static_cast<int>(s.types[v]));
+    if (match) {
+      c.types = s.types;
+      return {};
+    }
+  }
+  std::string got = "(";
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v)
+    got += std::string(v ? ", " : "") + (var[v] == kUnset ? "any" : dtype_name(static_cast<DType>(var[v])));
+  return invalid(c, "dtype combination " + got + " for (" +
+                        [&] {
+                          std::string n;
+                          for (std::size_t v = 0; v < op.type_vars.size(); ++v)
+                            n += std::string(v ? ", " : "") + std::string(op.type_vars[v]);
+                          return n;
+                        }() +
+                        ") is not supported; allowed: " + allowed_signatures(op));
+}
+
+}  // namespace
+
+std::string shape_string(std::span<const int64_t> shape) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
+Status invalid(const OpCall& c, const std::string& message) {
+  return Status(StatusCode::invalid_argument, std::string(c.op->name) + ": " + message);
+}
+
+Status require_same_shape(const OpCall& c, std::string_view what, const TensorView& t,
+                          std::string_view ref_name, const TensorView& ref) {
+  bool same = t.rank == ref.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.dims[d] == ref.dims[d];
+  if (same) return {};
+  return invalid(c, "'" + std::string(what) + "' has shape " + shape_string(t.shape()) + ", expected " +
+                        shape_string(ref.shape()) + " (the shape of '" + std::string(ref_name) + "')");
+}
+
+Status normalize_axis(const OpCall& c, int64_t axis, int rank, int* out) {
+  if (axis < -rank || axis >= rank)
+    return invalid(c, "attribute 'axis' is " + std::to_string(axis) + ", expected a value in [" +
+                          std::to_string(-rank) + ", " + std::to_string(rank - 1) + "] for rank " +
+                          std::to_string(rank));
+  *out = static_cast<int>(axis < 0 ? axis + rank : axis);
+  return {};
+}
+
+int64_t dims_product(const TensorView& t, int begin, int end) {
+  int64_t p = 1;
+  for (int d = begin; d < end; ++d) p *= t.dims[d];
+  return p;
+}
+
+Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
+              std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
+              const Context& ctx) {
+  OpCall c;
+  c.op = &op;
+  if (inputs.size() > op.inputs.size())
+    return invalid(c, std::to_string(inputs.size()) + " inputs given, expected at most " +
+                          std::to_string(op.inputs.size()));
+  if (outputs.size() > op.outputs.size())
+    return invalid(c, std::to_string(outputs.size()) + " outputs given, expected at most " +
+                          std::to_string(op.outputs.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) c.in[i] = inputs[i];
+  for (std::size_t i = 0; i < outputs.size(); ++i) c.out[i] = outputs[i];
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    if (!c.in[i] && !op.inputs[i].optional)
+      return invalid(c, "required input '" + std::string(op.inputs[i].name) + "' is missing");
+  for (std::size_t i = 0; i < op.outputs.size(); ++i)
+    if (!c.out[i] && !op.outputs[i].optional)
+      return invalid(c, "required output '" + std::string(op.outputs[i].name) + "' is missing");
+  if (Status s = check_attributes(c, attributes); !s) return s;
+
+  bool have_device = false;
+  std::string device_owner;
+  auto check_all = [&](const char* role, std::span<const ArgSchema> schema,
+                       const std::array<const TensorView*, kMaxArgs>& ts) -> Status {
+    for (std::size_t i = 0; i < schema.size(); ++i) {
+      if (!ts[i]) continue;
+      if (Status s = check_tensor(c, role, schema[i].name, *ts[i]); !s) return s;
+      if (!have_device) {
+        c.device = ts[i]->device;
+        device_owner = schema[i].name;
+        have_device = true;
+      } else if (!(ts[i]->device == c.device)) {
+        auto where = [](Device d) {
+          return std::string(device_type_name(d.type)) + ":" + std::to_string(d.index);
+        };
+        return invalid(c, std::string(role) + " '" + std::string(schema[i].name) + "' is on " +
+                              where(ts[i]->device) + " but '" + device_owner + "' is on " + where(c.device) +
+                              "; all tensors of a call must be on one device");
+      }
+    }
+    return {};
+  };
+  if (Status s = check_all("input", op.inputs, c.in); !s) return s;
+  if (Status s = check_all("output", op.outputs, c.out); !s) return s;
+  if (Status s = check_types(c); !s) return s;
+  if (Status s = check_aliasing(c); !s) return s;
+
+  switch (op.family) {
+    case OpFamily::activation: return run_activation(c, ctx);
+    case OpFamily::softmax: return run_softmax(c, ctx);
+    case OpFamily::layer_norm: return run_layer_norm(c, ctx);
+    case OpFamily::batch_norm: return run_batch_norm(c, ctx);
+  }
+  return Status(StatusCode::internal, std::string(op.name) + ": unknown op family");
+}
+
+}  // namespace gradops::detail
+
+namespace gradops {
+
+Status run(std::string_view op_name, std::span<const TensorView* const> inputs,
+           std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
+           const Context& ctx) {
+  const OpSchema* op = find_op(op_name);
+  if (!op) return Status(StatusCode::invalid_argument, "unknown operator '" + std::string(op_name) + "'");
+  try {
+    return detail::run_op(*op, inputs, outputs, attributes, ctx);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, std::string(op_name) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::internal, std::string(op_name) + ": " + e.what());
+  }
+}
+
+}  // namespace gradops

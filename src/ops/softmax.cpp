@@ -1,0 +1,8 @@
+// softmax family, op layer (placeholder until the family lands).
+#include "ops/op_call.hpp"
+
+namespace gradops::detail {
+Status run_softmax(const OpCall& c, const Context&) {
+  return Status(StatusCode::unimplemented, std::string(c.op->name) + ": not implemented yet");
+}
+}  // namespace gradops::detail

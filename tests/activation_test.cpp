@@ -1,0 +1,141 @@
+// Activation family against the float64 oracle: every op and dtype over the shape sweep, in place,
+// misaligned, thread-count invariance, and the GELU tail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/checker.hpp"
+
+namespace gradops::check {
+namespace {
+
+std::vector<OpId> activation_ops() {
+  std::vector<OpId> ops;
+  for (const OpSchema& s : op_schemas())
+    if (s.family == OpFamily::activation) ops.push_back(s.id);
+  return ops;
+}
+
+std::vector<std::vector<int64_t>> sweep_shapes() {
+  return {{0}, {1}, {7}, {15}, {16}, {17}, {3, 0}, {0, 5}, {31, 33}, {2, 3, 5, 7}, {2, 1, 3, 1, 4},
+          {65537, 2}, {1, 262144}, {4099}};
+}
+
+TEST(Activation, EveryOpDtypeShape) {
+  uint64_t seed = 1;
+  for (OpId id : activation_ops()) {
+    for (DType t : kAllDTypes) {
+      for (const auto& shape : sweep_shapes()) {
+        for (bool misaligned : {false, true}) {
+          Problem p;
+          p.op = id;
+          p.sig = {{t, t, t}};
+          p.shape = shape;
+          p.misaligned = misaligned;
+          p.seed = seed++;
+          const Report r = run_case(p);
+          ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+        }
+      }
+    }
+  }
+}
+
+TEST(Activation, InPlaceDxIsDy) {
+  for (OpId id : activation_ops()) {
+    if (op_schema(id).aliases.empty()) continue;
+    for (DType t : kAllDTypes) {
+      Problem p;
+      p.op = id;
+      p.sig = {{t, t, t}};
+      p.shape = {37, 129};
+      p.inplace = true;
+      p.seed = 7;
+      const Report r = run_case(p);
+      ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+    }
+  }
+}
+
+TEST(Activation, OptionalBiasGradientCanBeOmitted) {
+  for (OpId id : {OpId::BiasGeluGrad_dX, OpId::BiasFastGeluGrad_dX}) {
+    Problem p;
+    p.op = id;
+    p.shape = {9, 11};
+    p.skip_output = {false, true};
+    const Report r = run_case(p);
+    ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+  }
+}
+
+TEST(Activation, ResultsDoNotDependOnThreadCount) {
+  for (OpId id : activation_ops()) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      Problem p;
+      p.op = id;
+      p.sig = {{t, t, t}};
+      p.shape = {300, 1111};  // enough work for several threads
+      p.seed = 11;
+      p.threads = 1;
+      const Report one = run_case(p);
+      p.threads = 4;
+      const Report four = run_case(p);
+      ASSERT_TRUE(one.pass && four.pass) << describe(p) << one.detail << four.detail;
+      ASSERT_EQ(one.outputs, four.outputs) << describe(p);
+    }
+  }
+}
+
+TEST(Activation, QuickGeluAttributes) {
+  for (double alpha : {1.0, 1.702, -0.5, 3.0}) {
+    Problem p;
+    p.op = OpId::QuickGeluGrad;
+    p.shape = {1000};
+    p.attrs = {{"alpha", alpha}};
+    const Report r = run_case(p);
+    ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+  }
+}
+
+// SEMANTICS A3: f32 GeluGrad and BiasGeluGrad_dX keep a relative error <= 1e-5 across [-10, 10],
+// including the negative tail where the 1 + erf form loses every digit.
+TEST(Activation, GeluTailRelativeAccuracyF32) {
+  const int n = 200001;
+  std::vector<float> x(n), dy(n, 1.0f), dx(n), zero_bias(1, 0.0f);
+  for (int i = 0; i < n; ++i) x[i] = static_cast<float>(-10.0 + 20.0 * i / (n - 1));
+  const int64_t shape[] = {n};
+  const int64_t rowshape[] = {n, 1};
+  TensorView vx(x.data(), DType::f32, shape), vdy(dy.data(), DType::f32, shape), vdx(dx.data(), DType::f32, shape);
+  ASSERT_TRUE(gelu_grad({vdy, vx, vdx}).is_ok());
+  double worst = 0;
+  for (int i = 0; i < n; ++i) {
+    const double ref = oracle::gelu_grad(x[i]);
+    if (ref != 0) worst = std::max(worst, std::fabs(dx[i] - ref) / std::fabs(ref));
+  }
+  EXPECT_LE(worst, 1e-5) << "GeluGrad";
+
+  TensorView bx(x.data(), DType::f32, rowshape), bdy(dy.data(), DType::f32, rowshape),
+      bdx(dx.data(), DType::f32, rowshape);
+  const int64_t bshape[] = {1};
+  TensorView b(zero_bias.data(), DType::f32, bshape);
+  ASSERT_TRUE(bias_gelu_grad({bdy, bx, b, bdx, std::nullopt}).is_ok());
+  worst = 0;
+  for (int i = 0; i < n; ++i) {
+    const double ref = oracle::gelu_grad(x[i]);
+    if (ref != 0) worst = std::max(worst, std::fabs(dx[i] - ref) / std::fabs(ref));
+  }
+  EXPECT_LE(worst, 1e-5) << "BiasGeluGrad_dX";
+  // The tail itself is not flushed to zero: Phi(-10) + (-10) phi(-10) is about -7.6e-22.
+  EXPECT_LT(dx[0], 0.0f);
+}
+
+TEST(Activation, QuickGeluGradVanishesInTheNegativeTail) {
+  std::vector<float> x = {-50.f, -100.f, -1e4f, -1e6f}, dy(4, 1.0f), dx(4);
+  const int64_t shape[] = {4};
+  TensorView vx(x.data(), DType::f32, shape), vdy(dy.data(), DType::f32, shape), vdx(dx.data(), DType::f32, shape);
+  ASSERT_TRUE(quick_gelu_grad({vdy, vx, vdx}).is_ok());
+  for (int i = 0; i < 4; ++i) EXPECT_LE(std::fabs(dx[i]), 1e-30f) << x[i];
+}
+
+}  // namespace
+}  // namespace gradops::check

@@ -1,0 +1,1 @@
+// batch_norm family, CPU kernels (placeholder until the family lands).

@@ -1,0 +1,1 @@
+// layer_norm family, CPU kernels (placeholder until the family lands).

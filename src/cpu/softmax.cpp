@@ -1,0 +1,1 @@
+// softmax family, CPU kernels (placeholder until the family lands).

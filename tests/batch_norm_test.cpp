@@ -1,0 +1,2 @@
+// batch_norm family tests (placeholder until the family lands).
+#include <gtest/gtest.h>

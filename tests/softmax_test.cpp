@@ -1,0 +1,2 @@
+// softmax family tests (placeholder until the family lands).
+#include <gtest/gtest.h>

@@ -7,29 +7,50 @@
 namespace gradops::check {
 namespace {
 
-// Storage for one tensor: 64-byte aligned base, optionally offset by one element.
+// Host storage for one tensor: 64-byte aligned base, optionally offset by one element; mirrored on
+// the device when the problem runs on one.
 struct Buffer {
   std::vector<std::byte> bytes;
   std::size_t offset = 0;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
+  const DeviceMemory* dev = nullptr;
+  std::byte* dev_base = nullptr;
 
-  Buffer(DType t, std::vector<int64_t> s, bool misaligned) : dtype(t), shape(std::move(s)) {
+  Buffer(DType t, std::vector<int64_t> s, bool misaligned, const DeviceMemory* d)
+      : dtype(t), shape(std::move(s)), dev(d) {
     const std::size_t es = dtype_size(t);
-    bytes.resize(static_cast<std::size_t>(count()) * es + 64 + es);
+    bytes.resize(nbytes() + 64 + es);
     const auto base = reinterpret_cast<uintptr_t>(bytes.data());
     offset = ((64 - base % 64) % 64) + (misaligned ? es : 0);
+    if (dev) dev_base = static_cast<std::byte*>(dev->allocate(nbytes() + 64 + es));
   }
+  ~Buffer() {
+    if (dev_base) dev->release(dev_base);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
   int64_t count() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
   }
-  void* data() { return bytes.data() + offset; }
-  TensorView view(Device dev) { return TensorView(data(), dtype, std::span<const int64_t>(shape), dev); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(count()) * dtype_size(dtype); }
+  std::byte* host() { return bytes.data() + offset; }
+  // Device allocations are aligned at least as strongly as the host's 64 bytes; keep the offset's
+  // misalignment part only.
+  void* device_ptr() { return dev ? dev_base + offset % 64 : host(); }
+  TensorView view(Device d) { return TensorView(device_ptr(), dtype, std::span<const int64_t>(shape), d); }
+  void upload() {
+    if (dev) dev->to_device(device_ptr(), host(), nbytes());
+  }
+  void download() {
+    if (dev) dev->to_host(host(), device_ptr(), nbytes());
+  }
 
   void set(int64_t i, double v) {
-    std::byte* p = static_cast<std::byte*>(data()) + i * dtype_size(dtype);
+    std::byte* p = host() + i * dtype_size(dtype);
     switch (dtype) {
       case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
       case DType::f64: std::memcpy(p, &v, 8); break;
@@ -38,7 +59,7 @@ struct Buffer {
     }
   }
   double get(int64_t i) {
-    const std::byte* p = static_cast<const std::byte*>(data()) + i * dtype_size(dtype);
+    const std::byte* p = host() + i * dtype_size(dtype);
     switch (dtype) {
       case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
       case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
@@ -47,8 +68,10 @@ struct Buffer {
     }
     return 0;
   }
-  // Every byte 0xFF: a NaN in every float format, so an unwritten element cannot pass.
-  void poison() { std::memset(data(), 0xFF, static_cast<std::size_t>(count()) * dtype_size(dtype)); }
+  void poison() {
+    std::memset(host(), 0xFF, nbytes());
+    upload();
+  }
 };
 
 bool within(double actual, double expected, const Tolerance& tol, double* err, double* bound) {
@@ -67,14 +90,141 @@ bool within(double actual, double expected, const Tolerance& tol, double* err, d
 
 }  // namespace
 
-DType input_dtype(const Problem& p, int i) {
-  const OpSchema& op = op_schema(p.op);
-  return p.sig.types[op.inputs[i].type_var];
+struct Case::Impl {
+  Problem p;
+  const OpSchema* op;
+  oracle::Attrs attrs;
+  oracle::Tensors expected;
+  std::vector<std::unique_ptr<Buffer>> in_buf, out_buf;
+  std::vector<TensorView> in_view, out_view;
+  std::vector<const TensorView*> in_ptr, out_ptr;
+  std::vector<Attribute> attr_list;
+};
+
+Case::Case(const Problem& p) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.p = p;
+  m.op = &op_schema(p.op);
+  const OpSchema& op = *m.op;
+  m.attrs = full_attrs(p);
+  oracle::Rng rng(p.seed);
+  const DeviceMemory* dev = p.device.type == DeviceType::cpu ? nullptr : device_memory(p.device.type);
+
+  std::vector<DType> in_types;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) in_types.push_back(input_dtype(p, static_cast<int>(i)));
+  const oracle::Tensors inputs = oracle::make_inputs(op.name, p.shape, m.attrs, in_types, rng);
+  m.expected = oracle::reference(op.name, inputs, m.attrs);
+
+  m.in_buf.resize(op.inputs.size());
+  m.out_buf.resize(op.outputs.size());
+  m.in_view.resize(op.inputs.size());
+  m.out_view.resize(op.outputs.size());
+  m.in_ptr.assign(op.inputs.size(), nullptr);
+  m.out_ptr.assign(op.outputs.size(), nullptr);
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    if (i >= inputs.size() || !inputs[i]) continue;
+    m.in_buf[i] = std::make_unique<Buffer>(in_types[i], inputs[i]->shape, p.misaligned, dev);
+    for (int64_t e = 0; e < inputs[i]->numel(); ++e) m.in_buf[i]->set(e, inputs[i]->v[e]);
+    m.in_buf[i]->upload();
+    m.in_view[i] = m.in_buf[i]->view(p.device);
+    m.in_ptr[i] = &m.in_view[i];
+  }
+  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+    const bool skip = o < p.skip_output.size() && p.skip_output[o];
+    if (skip || o >= m.expected.size() || !m.expected[o]) continue;
+    m.out_buf[o] = std::make_unique<Buffer>(output_dtype(p, static_cast<int>(o)), m.expected[o]->shape,
+                                            p.misaligned, dev);
+    m.out_view[o] = m.out_buf[o]->view(p.device);
+    m.out_ptr[o] = &m.out_view[o];
+  }
+  if (p.inplace) m.out_view[0].data = m.in_view[0].data;  // the caller checked the alias rule applies
+  for (const auto& [k, v] : m.attrs) m.attr_list.push_back({k, v});
 }
-DType output_dtype(const Problem& p, int i) {
-  const OpSchema& op = op_schema(p.op);
-  return p.sig.types[op.outputs[i].type_var];
+
+Case::~Case() = default;
+
+const Problem& Case::problem() const { return impl_->p; }
+
+void Case::poison_outputs() {
+  for (auto& b : impl_->out_buf)
+    if (b) b->poison();
 }
+
+Status Case::run() {
+  Impl& m = *impl_;
+  Context ctx;
+  ctx.num_threads = m.p.threads;
+  ctx.cuda_stream = m.p.cuda_stream;
+  return gradops::run(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx);
+}
+
+int64_t Case::bytes() const {
+  int64_t b = 0;
+  for (const auto& x : impl_->in_buf)
+    if (x) b += static_cast<int64_t>(x->nbytes());
+  for (std::size_t o = 0; o < impl_->out_buf.size(); ++o)
+    if (impl_->out_buf[o] && !(impl_->p.inplace && o == 0)) b += static_cast<int64_t>(impl_->out_buf[o]->nbytes());
+  return b;
+}
+
+Report Case::compare() const {
+  Impl& m = *impl_;
+  const OpSchema& op = *m.op;
+  const DeviceMemory* dev = m.p.device.type == DeviceType::cpu ? nullptr : device_memory(m.p.device.type);
+  if (dev) dev->synchronize();
+  Report r;
+  r.pass = true;
+  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+    if (!m.out_ptr[o]) {
+      r.outputs.emplace_back();
+      continue;
+    }
+    Buffer& b = (m.p.inplace && o == 0) ? *m.in_buf[0] : *m.out_buf[o];
+    b.download();
+    const Tolerance tol = tolerance(m.p, static_cast<int>(o));
+    std::vector<double> got(static_cast<std::size_t>(b.count()));
+    for (int64_t e = 0; e < b.count(); ++e) {
+      got[e] = b.get(e);
+      double err, bound;
+      const bool ok = within(got[e], m.expected[o]->v[e], tol, &err, &bound);
+      const double ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0);
+      if (ratio > r.worst_ratio || (!ok && r.pass)) {
+        r.worst_ratio = ratio;
+        r.max_error = err;
+        r.tolerance = bound;
+        r.worst = std::string(op.outputs[o].name) + "[" + std::to_string(e) + "]";
+      }
+      if (!ok && r.pass) {
+        r.pass = false;
+        std::ostringstream s;
+        s.precision(17);
+        s << describe(m.p) << ": " << op.outputs[o].name << "[" << e << "] = " << got[e] << ", expected "
+          << m.expected[o]->v[e] << " (error " << err << " > tolerance " << bound << ")";
+        r.detail = s.str();
+      }
+    }
+    r.outputs.push_back(std::move(got));
+  }
+  return r;
+}
+
+Report run_case(const Problem& p) {
+  Case c(p);
+  c.poison_outputs();
+  const Status s = c.run();
+  if (!s) {
+    Report r;
+    r.status = s;
+    r.detail = describe(p) + ": " + s.to_string();
+    return r;
+  }
+  Report r = c.compare();
+  r.status = s;
+  return r;
+}
+
+DType input_dtype(const Problem& p, int i) { return p.sig.types[op_schema(p.op).inputs[i].type_var]; }
+DType output_dtype(const Problem& p, int i) { return p.sig.types[op_schema(p.op).outputs[i].type_var]; }
 
 oracle::Attrs full_attrs(const Problem& p) {
   oracle::Attrs a;
@@ -94,85 +244,11 @@ std::string describe(const Problem& p) {
   for (std::size_t i = 0; i < p.shape.size(); ++i) s << (i ? "," : "") << p.shape[i];
   s << "]";
   for (const auto& [k, v] : p.attrs) s << " " << k << "=" << v;
+  if (p.device.type != DeviceType::cpu) s << " " << device_type_name(p.device.type);
   if (p.misaligned) s << " misaligned";
   if (p.inplace) s << " inplace";
   if (p.threads) s << " threads=" << p.threads;
   return s.str();
-}
-
-Report run_case(const Problem& p) {
-  Report r;
-  const OpSchema& op = op_schema(p.op);
-  const oracle::Attrs attrs = full_attrs(p);
-  oracle::Rng rng(p.seed);
-
-  std::vector<DType> in_types;
-  for (std::size_t i = 0; i < op.inputs.size(); ++i) in_types.push_back(input_dtype(p, static_cast<int>(i)));
-  const oracle::Tensors inputs = oracle::make_inputs(op.name, p.shape, attrs, in_types, rng);
-  const oracle::Tensors expected = oracle::reference(op.name, inputs, attrs);
-
-  std::vector<std::optional<Buffer>> in_buf(op.inputs.size()), out_buf(op.outputs.size());
-  std::vector<TensorView> in_view(op.inputs.size()), out_view(op.outputs.size());
-  std::vector<const TensorView*> in_ptr(op.inputs.size(), nullptr), out_ptr(op.outputs.size(), nullptr);
-  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
-    if (i >= inputs.size() || !inputs[i]) continue;
-    in_buf[i].emplace(in_types[i], inputs[i]->shape, p.misaligned);
-    for (int64_t e = 0; e < inputs[i]->numel(); ++e) in_buf[i]->set(e, inputs[i]->v[e]);
-    in_view[i] = in_buf[i]->view(p.device);
-    in_ptr[i] = &in_view[i];
-  }
-  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
-    const bool skip = o < p.skip_output.size() && p.skip_output[o];
-    if (skip || o >= expected.size() || !expected[o]) continue;
-    out_buf[o].emplace(output_dtype(p, static_cast<int>(o)), expected[o]->shape, p.misaligned);
-    out_buf[o]->poison();
-    out_view[o] = out_buf[o]->view(p.device);
-    out_ptr[o] = &out_view[o];
-  }
-  if (p.inplace) out_view[0].data = in_view[0].data;  // the caller checked the alias rule applies
-
-  std::vector<Attribute> attr_list;
-  for (const auto& [k, v] : attrs) attr_list.push_back({k, v});
-  Context ctx;
-  ctx.num_threads = p.threads;
-  r.status = run(op.name, in_ptr, out_ptr, attr_list, ctx);
-  if (!r.status) {
-    r.detail = r.status.to_string();
-    return r;
-  }
-
-  r.pass = true;
-  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
-    if (!out_ptr[o]) {
-      r.outputs.emplace_back();
-      continue;
-    }
-    Buffer& b = (p.inplace && o == 0) ? *in_buf[0] : *out_buf[o];
-    const Tolerance tol = tolerance(p, static_cast<int>(o));
-    std::vector<double> got(static_cast<std::size_t>(b.count()));
-    for (int64_t e = 0; e < b.count(); ++e) {
-      got[e] = b.get(e);
-      double err, bound;
-      const bool ok = within(got[e], expected[o]->v[e], tol, &err, &bound);
-      const double ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0);
-      if (ratio > r.worst_ratio || (!ok && r.pass)) {
-        r.worst_ratio = ratio;
-        r.max_error = err;
-        r.tolerance = bound;
-        r.worst = std::string(op.outputs[o].name) + "[" + std::to_string(e) + "]";
-      }
-      if (!ok && r.pass) {
-        r.pass = false;
-        std::ostringstream s;
-        s.precision(17);
-        s << describe(p) << ": " << op.outputs[o].name << "[" << e << "] = " << got[e] << ", expected "
-          << expected[o]->v[e] << " (error " << err << " > tolerance " << bound << ")";
-        r.detail = s.str();
-      }
-    }
-    r.outputs.push_back(std::move(got));
-  }
-  return r;
 }
 
 }  // namespace gradops::check

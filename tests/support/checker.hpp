@@ -1,9 +1,11 @@
 // The check harness shared by the tests and `gradops check`/`gradops bench`: makes inputs with the
-// oracle, stores them in their dtypes (optionally at misaligned addresses), poisons the outputs,
-// runs gradops, and compares every output element against the float64 reference.
+// oracle, stores them in their dtypes (optionally at misaligned addresses, on the CPU or a GPU),
+// poisons the outputs, runs gradops, and compares every output element against the float64
+// reference.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +33,7 @@ struct Problem {
   int threads = 0;
   uint64_t seed = 1;
   Device device = Device::cpu();
+  void* cuda_stream = nullptr;
 };
 
 struct Report {
@@ -44,6 +47,16 @@ struct Report {
   std::vector<std::vector<double>> outputs;  // actual outputs, as double, for invariance tests
 };
 
+// Memory on a device other than the CPU (the CUDA backend's tests provide one); nullptr if none.
+struct DeviceMemory {
+  void* (*allocate)(std::size_t bytes);
+  void (*release)(void* p);
+  void (*to_device)(void* dst, const void* src, std::size_t bytes);
+  void (*to_host)(void* dst, const void* src, std::size_t bytes);
+  void (*synchronize)();
+};
+const DeviceMemory* device_memory(DeviceType t);
+
 // The dtype of every input and output of `p` (from its signature and the schema's type variables).
 DType input_dtype(const Problem& p, int i);
 DType output_dtype(const Problem& p, int i);
@@ -52,9 +65,31 @@ oracle::Attrs full_attrs(const Problem& p);
 
 Tolerance tolerance(const Problem& p, int output);
 
+// A prepared case: inputs made and stored, reference computed, outputs allocated. `run` may be
+// called many times (the benchmark times it); `compare` checks the outputs of the last run.
+class Case {
+ public:
+  explicit Case(const Problem& p);
+  ~Case();
+  Case(const Case&) = delete;
+  Case& operator=(const Case&) = delete;
+
+  void poison_outputs();   // every output byte 0xFF: NaN in every float format
+  Status run();            // one gradops call on the prepared buffers
+  Report compare() const;  // outputs of the last run against the reference
+  // The bytes model: each input read once, each output written once.
+  int64_t bytes() const;
+  const Problem& problem() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Case(p), poison, run, compare.
 Report run_case(const Problem& p);
 
-// "GeluGrad f32 [4, 7] axis=1"
+// "GeluGrad (f32) [4,7] axis=1"
 std::string describe(const Problem& p);
 
 }  // namespace gradops::check

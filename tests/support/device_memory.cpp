@@ -1,0 +1,6 @@
+// Builds without the CUDA backend have no device memory for the harness.
+#include "support/checker.hpp"
+
+namespace gradops::check {
+const DeviceMemory* device_memory(DeviceType) { return nullptr; }
+}  // namespace gradops::check

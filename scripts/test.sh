@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: set up, build (CUDA code too when nvcc is present), run every test.
+# CUDA tests report SKIPPED where no GPU is visible.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cmake --preset default
+cmake --build build/default -j"$(nproc)"
+ctest --test-dir build/default --output-on-failure -j"$(nproc)"

@@ -1,201 +1,270 @@
-// Activation family, CPU kernels (portable scalar code, multithreaded).
+// Activation family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable
+// target (Highway), chosen at run time.
 //
-// Accuracy: functions with transcendentals are evaluated in double for f32 and f64 inputs and in
-// float for f16/bf16, then rounded once; this keeps f32 GeluGrad accurate in relative terms down
-// the negative tail and across the zero of the GELU derivative near x = -0.75. Cancellation-free
-// forms throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u), 1 - y^2 = (1-y)(1+y).
-#include <cmath>
+// Accuracy: functions with transcendentals run in f64 lanes for f32 and f64 storage and in f32
+// lanes for f16/bf16, and every output is rounded once. That keeps f32 GeluGrad accurate in
+// relative terms down the negative tail and across the zero of the GELU derivative near x = -0.75.
+// Forms without cancellation throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u),
+// 1 - y^2 = (1 - y)(1 + y), 1 - sigmoid(v) = sigmoid(-v).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/activation.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
 #include <type_traits>
-#include <vector>
 
 #include "core/workspace.hpp"
-#include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/simd-inl.h"
+#include "hwy/highway.h"
 #include "ops/activation.hpp"
 
-namespace gradops::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
-using detail::ActivationDesc;
+using ::gradops::detail::ActivationDesc;
 
 constexpr double kSqrtHalf = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kFastGeluGamma = 0.044715;
-constexpr int64_t kGrain = 1 << 15;  // elements per thread below which we stay on one thread
+constexpr int64_t kGrain = 1 << 15;  // elements per thread below which work stays on one thread
 
-template <class A> A sigmoid(A v) { return A(1) / (A(1) + std::exp(-v)); }
+// Lanes: f64 for transcendental work on f32/f64 storage, f32 for f16/bf16; otherwise the
+// storage type's compute type.
+template <class T, bool kTranscendental>
+using LaneTag = std::conditional_t<kTranscendental && std::is_same_v<T, float>, hn::ScalableTag<double>,
+                                   ComputeTag<T>>;
 
-template <class A> A normcdf(A x) { return A(0.5) * std::erfc(-x * A(kSqrtHalf)); }
-template <class A> A gelu(A x) { return x * normcdf(x); }
-template <class A> A gelu_derivative(A x) {
-  return normcdf(x) + x * A(kInvSqrt2Pi) * std::exp(A(-0.5) * x * x);
+template <class D> using V = hn::Vec<D>;
+
+template <class D> V<D> NormCdf(D d, V<D> x) {
+  return hn::Mul(hn::Set(d, 0.5), Erfc(d, hn::Mul(x, hn::Set(d, -kSqrtHalf))));
 }
+template <class D> V<D> GeluDerivative(D d, V<D> x) {
+  const auto pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), Exp(d, hn::Mul(hn::Set(d, -0.5), hn::Mul(x, x))));
+  return hn::MulAdd(x, pdf, NormCdf(d, x));
+}
+template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
 
 // FastGelu: y = z * s with s = sigmoid(2u), u = sqrt(2/pi) (z + gamma z^3).
-template <class A> A fast_gelu_u(A z) { return A(kSqrt2OverPi) * (z + A(kFastGeluGamma) * z * z * z); }
-template <class A> A fast_gelu(A z) { return z * sigmoid(A(2) * fast_gelu_u(z)); }
-template <class A> A fast_gelu_derivative(A z) {
-  const A u2 = A(2) * fast_gelu_u(z);
-  const A s = sigmoid(u2), w = s * sigmoid(-u2);  // w = s (1 - s) = (1 - tanh^2 u) / 4
-  if (w == A(0)) return s;  // saturated; avoids inf * 0 for huge |z|
-  return s + A(2) * z * A(kSqrt2OverPi) * (A(1) + A(3 * kFastGeluGamma) * z * z) * w;
+template <class D> V<D> FastGeluTwoU(D d, V<D> z) {
+  const auto z3 = hn::Mul(hn::Mul(z, z), z);
+  return hn::Mul(hn::Set(d, 2 * kSqrt2OverPi), hn::MulAdd(hn::Set(d, kFastGeluGamma), z3, z));
+}
+template <class D> V<D> FastGelu(D d, V<D> z) { return hn::Mul(z, Sigmoid(d, FastGeluTwoU(d, z))); }
+template <class D> V<D> FastGeluDerivative(D d, V<D> z) {
+  const auto u2 = FastGeluTwoU(d, z);
+  const auto s = Sigmoid(d, u2);
+  const auto w = hn::Mul(s, Sigmoid(d, hn::Neg(u2)));  // s (1 - s) = (1 - tanh^2 u) / 4
+  const auto poly = hn::MulAdd(hn::Set(d, 3 * kFastGeluGamma), hn::Mul(z, z), hn::Set(d, 1));
+  const auto r = hn::MulAdd(hn::Mul(hn::Mul(hn::Set(d, 2 * kSqrt2OverPi), z), poly), w, s);
+  return hn::IfThenElse(hn::Eq(w, hn::Zero(d)), s, r);  // saturated: avoids inf * 0 for huge |z|
 }
 
-template <class A> A quick_gelu_derivative(A x, A alpha) {
-  const A v = alpha * x;
-  const A s = sigmoid(v);
-  return s * (A(1) + v * sigmoid(-v));  // sigmoid(-v) = 1 - s without cancellation
+template <class D> V<D> QuickGeluDerivative(D d, V<D> x, V<D> alpha) {
+  const auto v = hn::Mul(alpha, x);
+  return hn::Mul(Sigmoid(d, v), hn::MulAdd(v, Sigmoid(d, hn::Neg(v)), hn::Set(d, 1)));
 }
 
-// Compute type: double for transcendental f32 work, else the storage type's compute type.
-template <class T, bool kTranscendental>
-using acc_t = std::conditional_t<kTranscendental && std::is_same_v<T, float>, double, compute_t<T>>;
+// Runs f(d, dy, x) -> out over [begin, end): full vectors straight from memory, the remainder
+// through zero-padded copies, so every element takes the same vector path.
+template <class D, class T, class F>
+void Stream(D d, const T* dy, const T* x, T* out, int64_t begin, int64_t end, F f) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = begin;
+  for (; i + n <= end; i += n)
+    StoreNarrow(d, f(d, dy ? LoadWide(d, dy + i) : hn::Zero(d), LoadWide(d, x + i)), out + i);
+  if (i == end) return;
+  const int64_t rest = end - i;
+  T pdy[hn::MaxLanes(d)] = {}, px[hn::MaxLanes(d)] = {}, pout[hn::MaxLanes(d)];
+  std::copy(x + i, x + end, px);
+  if (dy) std::copy(dy + i, dy + end, pdy);
+  StoreNarrow(d, f(d, LoadWide(d, pdy), LoadWide(d, px)), pout);
+  std::copy(pout, pout + rest, out + i);
+}
 
-template <class T>
-void run_typed(const ActivationDesc& d, const Context& ctx) {
+template <class T, bool kTranscendental, class F>
+void Elementwise(const ActivationDesc& d, const Context& ctx, F f) {
+  const LaneTag<T, kTranscendental> tag;
+  parallel_for(d.count, kGrain, ctx, [&](int64_t begin, int64_t end) {
+    Stream(tag, static_cast<const T*>(d.dy), static_cast<const T*>(d.x), static_cast<T*>(d.out), begin, end, f);
+  });
+}
+
+// One row of a bias op: z = x + b, out = f(dy, z); acc (if given) += out, in lanes.
+template <class D, class T, class F>
+void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, hn::TFromD<D>* acc, F f) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  auto one = [&](auto vdy, auto vx, auto vb, auto* o, auto* a, int64_t j) {
+    const auto r = f(d, vdy, hn::Add(vx, vb));
+    StoreNarrow(d, r, o);
+    if (a) hn::StoreU(hn::Add(hn::LoadU(d, a + j), r), d, a + j);
+    return r;
+  };
+  int64_t j = 0;
+  for (; j + n <= cols; j += n)
+    one(dy ? LoadWide(d, dy + j) : hn::Zero(d), LoadWide(d, x + j), LoadWide(d, b + j), out + j, acc, j);
+  if (j == cols) return;
+  const int64_t rest = cols - j;
+  T pdy[hn::MaxLanes(d)] = {}, px[hn::MaxLanes(d)] = {}, pb[hn::MaxLanes(d)] = {}, pout[hn::MaxLanes(d)];
+  std::copy(x + j, x + cols, px);
+  std::copy(b + j, b + cols, pb);
+  if (dy) std::copy(dy + j, dy + cols, pdy);
+  const auto r = one(LoadWide(d, pdy), LoadWide(d, px), LoadWide(d, pb), pout, static_cast<hn::TFromD<D>*>(nullptr), 0);
+  std::copy(pout, pout + rest, out + j);
+  if (acc) {
+    HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
+    hn::Store(r, d, lanes);
+    for (int64_t k = 0; k < rest; ++k) acc[j + k] += lanes[k];
+  }
+}
+
+// Bias ops: dx (or y) row by row; dB from fixed chunks of rows, each summed in row order, then the
+// chunk partials summed in chunk order: the same bits for any thread count.
+template <class T, class F>
+Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
+  const LaneTag<T, true> tag;
+  using A = hn::TFromD<decltype(tag)>;
   const T* dy = static_cast<const T*>(d.dy);
   const T* x = static_cast<const T*>(d.x);
   const T* b = static_cast<const T*>(d.bias);
   T* out = static_cast<T*>(d.out);
-  const int64_t n = d.count, cols = d.cols;
-
-  // Elementwise f(i) -> value in A, stored once.
-  auto elementwise = [&](auto tag, auto&& f) {
-    using A = decltype(tag);
-    parallel_for(n, kGrain, ctx, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) store(out, i, static_cast<A>(f(i)));
-    });
-  };
-  using AT = acc_t<T, true>;    // transcendental
-  using AS = acc_t<T, false>;   // simple
-  const AT alpha_t = static_cast<AT>(d.alpha);
-  const AS alpha_s = static_cast<AS>(d.alpha);
-  auto ld = [](const T* p, int64_t i, auto tag) { return load<decltype(tag)>(p, i); };
-
-  switch (d.op) {
-    case OpId::GeluGrad:
-      return elementwise(AT{}, [&](int64_t i) { return ld(dy, i, AT{}) * gelu_derivative(ld(x, i, AT{})); });
-    case OpId::FastGeluGrad:
-      return elementwise(AT{}, [&](int64_t i) { return ld(dy, i, AT{}) * fast_gelu_derivative(ld(x, i, AT{})); });
-    case OpId::ReluGrad:
-      return elementwise(AS{}, [&](int64_t i) { return ld(x, i, AS{}) > AS(0) ? ld(dy, i, AS{}) : AS(0); });
-    case OpId::SigmoidGrad:
-      return elementwise(AS{}, [&](int64_t i) {
-        const AS y = ld(x, i, AS{});
-        return ld(dy, i, AS{}) * y * (AS(1) - y);
-      });
-    case OpId::TanhGrad:
-      return elementwise(AS{}, [&](int64_t i) {
-        const AS y = ld(x, i, AS{});
-        return ld(dy, i, AS{}) * ((AS(1) - y) * (AS(1) + y));
-      });
-    case OpId::QuickGeluGrad:
-      return elementwise(AT{}, [&](int64_t i) {
-        return ld(dy, i, AT{}) * quick_gelu_derivative(ld(x, i, AT{}), alpha_t);
-      });
-    case OpId::LeakyReluGrad:
-      return elementwise(AS{}, [&](int64_t i) {
-        const AS g = ld(dy, i, AS{});
-        return ld(x, i, AS{}) > AS(0) ? g : alpha_s * g;
-      });
-    case OpId::Gelu:
-      return elementwise(AT{}, [&](int64_t i) { return gelu(ld(x, i, AT{})); });
-    case OpId::Relu:
-      return elementwise(AS{}, [&](int64_t i) {
-        const AS v = ld(x, i, AS{});
-        return v > AS(0) || v != v ? v : AS(0);  // NaN propagates
-      });
-    case OpId::Sigmoid:
-      return elementwise(AT{}, [&](int64_t i) { return sigmoid(ld(x, i, AT{})); });
-    case OpId::Tanh:
-      return elementwise(AT{}, [&](int64_t i) { return std::tanh(ld(x, i, AT{})); });
-    case OpId::LeakyRelu:
-      return elementwise(AS{}, [&](int64_t i) {
-        const AS v = ld(x, i, AS{});
-        return v > AS(0) ? v : alpha_s * v;
-      });
-    case OpId::QuickGelu:
-      return elementwise(AT{}, [&](int64_t i) {
-        const AT v = ld(x, i, AT{});
-        return v * sigmoid(alpha_t * v);
-      });
-    case OpId::FastGelu:
-      if (!b) return elementwise(AT{}, [&](int64_t i) { return fast_gelu(ld(x, i, AT{})); });
-      return elementwise(AT{}, [&](int64_t i) { return fast_gelu(ld(x, i, AT{}) + ld(b, i % cols, AT{})); });
-    case OpId::BiasGelu:
-      return elementwise(AT{}, [&](int64_t i) { return gelu(ld(x, i, AT{}) + ld(b, i % cols, AT{})); });
-    default:
-      break;
-  }
-}
-
-// BiasGeluGrad_dX / BiasFastGeluGrad_dX: dx row by row; dB from fixed chunks of rows, each summed
-// in row order, then the chunk partials summed in chunk order: the same bits for any thread count.
-template <class T>
-Status run_bias_grad(const ActivationDesc& d, const Context& ctx) {
-  using A = acc_t<T, true>;
-  const T* dy = static_cast<const T*>(d.dy);
-  const T* x = static_cast<const T*>(d.x);
-  const T* b = static_cast<const T*>(d.bias);
-  T* dx = static_cast<T*>(d.out);
   T* db = static_cast<T*>(d.db);
   const int64_t cols = d.cols, rows = cols ? d.count / cols : 0;
-  const bool exact = d.op == OpId::BiasGeluGrad_dX;
-
-  auto row_kernel = [&](int64_t r, A* acc) {
-    const int64_t base = r * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const A z = load<A>(x, base + j) + load<A>(b, j);
-      const A g = load<A>(dy, base + j) * (exact ? gelu_derivative(z) : fast_gelu_derivative(z));
-      store(dx, base + j, g);
-      if (acc) acc[j] += g;
-    }
+  const int64_t chunk_rows = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
+  auto row = [&](int64_t r, A* acc) {
+    BiasRow(tag, dy ? dy + r * cols : nullptr, x + r * cols, b, out + r * cols, cols, acc, f);
   };
   if (!db) {
-    parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), ctx,
-                 [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) row_kernel(r, nullptr);
-                 });
+    parallel_for(rows, chunk_rows, ctx, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row(r, nullptr);
+    });
     return {};
   }
-  // Chunks of ~kGrain elements (at least one row): the count depends on the shape only.
-  const int64_t chunk_rows = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
   const int64_t chunks = chunk_count(rows, chunk_rows);
-  detail::Workspace ws;
-  const std::size_t bytes = sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(chunks, 1) * cols);
-  if (Status s = ws.allocate(ctx, Device::cpu(), bytes, "Bias gelu grad"); !s) return s;
+  ::gradops::detail::Workspace ws;
+  const auto bytes = sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(chunks, 1) * cols);
+  if (Status s = ws.allocate(ctx, Device::cpu(), bytes, "BiasGeluGrad_dX"); !s) return s;
   A* partial = ws.as<A>();
   parallel_for(chunks, 1, ctx, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       A* acc = partial + c * cols;
       std::fill(acc, acc + cols, A(0));
       const int64_t r1 = std::min(rows, (c + 1) * chunk_rows);
-      for (int64_t r = c * chunk_rows; r < r1; ++r) row_kernel(r, acc);
+      for (int64_t r = c * chunk_rows; r < r1; ++r) row(r, acc);
     }
   });
   parallel_for(cols, 4096, ctx, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       A s = 0;
       for (int64_t c = 0; c < chunks; ++c) s += partial[c * cols + j];
-      store(db, j, s);
+      db[j] = static_cast<T>(static_cast<std::conditional_t<sizeof(T) == 2, float, A>>(s));
     }
   });
   return {};
 }
 
+template <class T>
+Status RunTyped(const ActivationDesc& d, const Context& ctx) {
+  const auto alpha = d.alpha;
+  switch (d.op) {
+    case OpId::GeluGrad:
+      Elementwise<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, GeluDerivative(t, x)); });
+      break;
+    case OpId::FastGeluGrad:
+      Elementwise<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative(t, x)); });
+      break;
+    case OpId::QuickGeluGrad:
+      Elementwise<T, true>(d, ctx, [alpha](auto t, auto g, auto x) {
+        return hn::Mul(g, QuickGeluDerivative(t, x, hn::Set(t, alpha)));
+      });
+      break;
+    case OpId::ReluGrad:
+      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto x) { return hn::IfThenElseZero(hn::Gt(x, hn::Zero(t)), g); });
+      break;
+    case OpId::SigmoidGrad:
+      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto y) {
+        return hn::Mul(hn::Mul(g, y), hn::Sub(hn::Set(t, 1), y));
+      });
+      break;
+    case OpId::TanhGrad:
+      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto y) {
+        const auto one = hn::Set(t, 1);
+        return hn::Mul(g, hn::Mul(hn::Sub(one, y), hn::Add(one, y)));
+      });
+      break;
+    case OpId::LeakyReluGrad:
+      Elementwise<T, false>(d, ctx, [alpha](auto t, auto g, auto y) {
+        return hn::IfThenElse(hn::Gt(y, hn::Zero(t)), g, hn::Mul(hn::Set(t, alpha), g));
+      });
+      break;
+    case OpId::Gelu:
+      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Gelu(t, x); });
+      break;
+    case OpId::QuickGelu:
+      Elementwise<T, true>(d, ctx, [alpha](auto t, auto, auto x) {
+        return hn::Mul(x, Sigmoid(t, hn::Mul(hn::Set(t, alpha), x)));
+      });
+      break;
+    case OpId::Relu:  // NaN propagates
+      Elementwise<T, false>(d, ctx, [](auto t, auto, auto x) {
+        return hn::IfThenElse(hn::Lt(x, hn::Zero(t)), hn::Zero(t), hn::IfThenElse(hn::Eq(x, hn::Zero(t)), hn::Zero(t), x));
+      });
+      break;
+    case OpId::Sigmoid:
+      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid(t, x); });
+      break;
+    case OpId::Tanh:
+      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Tanh(t, x); });
+      break;
+    case OpId::LeakyRelu:
+      Elementwise<T, false>(d, ctx, [alpha](auto t, auto, auto x) {
+        return hn::IfThenElse(hn::Gt(x, hn::Zero(t)), x, hn::Mul(hn::Set(t, alpha), x));
+      });
+      break;
+    case OpId::FastGelu:
+      if (!d.bias) {
+        Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
+        break;
+      }
+      return BiasOp<T>(d, ctx, [](auto t, auto, auto z) { return FastGelu(t, z); });
+    case OpId::BiasGelu:
+      return BiasOp<T>(d, ctx, [](auto t, auto, auto z) { return Gelu(t, z); });
+    case OpId::BiasGeluGrad_dX:
+      return BiasOp<T>(d, ctx, [](auto t, auto g, auto z) { return hn::Mul(g, GeluDerivative(t, z)); });
+    case OpId::BiasFastGeluGrad_dX:
+      return BiasOp<T>(d, ctx, [](auto t, auto g, auto z) { return hn::Mul(g, FastGeluDerivative(t, z)); });
+    default:
+      return Status(StatusCode::internal, "activation kernel: not an activation op");
+  }
+  return {};
+}
+
 }  // namespace
+
+Status Activation(const ActivationDesc& d, const Context& ctx) {
+  switch (d.dtype) {
+    case DType::f64: return RunTyped<double>(d, ctx);
+    case DType::f16: return RunTyped<half>(d, ctx);
+    case DType::bf16: return RunTyped<bfloat16>(d, ctx);
+    case DType::f32: break;
+  }
+  return RunTyped<float>(d, ctx);
+}
+
+}  // namespace gradops::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gradops::cpu {
+HWY_EXPORT(Activation);
 }  // namespace gradops::cpu
 
 namespace gradops::detail {
-
 Status cpu_activation(const ActivationDesc& d, const Context& ctx) {
-  return cpu::visit_dtype(d.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    if (d.op == OpId::BiasGeluGrad_dX || d.op == OpId::BiasFastGeluGrad_dX) return cpu::run_bias_grad<T>(d, ctx);
-    cpu::run_typed<T>(d, ctx);
-    return {};
-  });
+  return HWY_DYNAMIC_DISPATCH(cpu::Activation)(d, ctx);
 }
-
 }  // namespace gradops::detail
+#endif

@@ -5,6 +5,7 @@
 
 #include "gradops/status.hpp"
 #include "gradops/types.hpp"
+#include "cpu/simd.hpp"
 #include "ops/dispatch.hpp"
 
 namespace gradops {
@@ -94,8 +95,10 @@ bool verbose_dispatch() {
 }
 
 void log_dispatch(std::string_view op, const char* impl, const char* verdict) {
-  std::fprintf(stderr, "gradops: dispatch %.*s: %s %s\n", static_cast<int>(op.size()), op.data(), impl,
-               verdict);
+  // CPU implementations run on the SIMD target chosen for this CPU: name it too.
+  const bool cpu = std::strncmp(impl, "cpu", 3) == 0;
+  std::fprintf(stderr, "gradops: dispatch %.*s: %s%s%s%s %s\n", static_cast<int>(op.size()), op.data(), impl,
+               cpu ? " [" : "", cpu ? cpu::simd_target_name() : "", cpu ? "]" : "", verdict);
 }
 
 }  // namespace detail

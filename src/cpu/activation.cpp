@@ -16,6 +16,7 @@
 #include "core/workspace.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
+#include "cpu/simd.hpp"
 #include "hwy/highway.h"
 #include "ops/activation.hpp"
 
@@ -264,6 +265,7 @@ HWY_EXPORT(Activation);
 
 namespace gradops::detail {
 Status cpu_activation(const ActivationDesc& d, const Context& ctx) {
+  cpu::apply_simd_target_from_environment();
   return HWY_DYNAMIC_DISPATCH(cpu::Activation)(d, ctx);
 }
 }  // namespace gradops::detail

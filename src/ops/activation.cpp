@@ -11,7 +11,7 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<ActivationDesc> kImpls[] = {
-    {"cpu:scalar", DeviceType::cpu, nullptr, cpu_activation},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_activation},
 };
 
 bool has_bias_input(OpId op) {

@@ -24,6 +24,17 @@ struct Impl {
 bool verbose_dispatch();
 void log_dispatch(std::string_view op, const char* impl, const char* verdict);
 
+// While implementation_name() resolves a call, dispatch() records the implementation it would run
+// here instead of running it. Dispatch is the last step of every op layer, so a resolved call has
+// been validated in full and no tensor data has been read or written.
+struct Resolution {
+  const char* impl = nullptr;
+};
+inline Resolution*& resolution_slot() noexcept {
+  static thread_local Resolution* slot = nullptr;  // this thread's; nullptr: calls run normally
+  return slot;
+}
+
 template <class Desc>
 Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device device, const Desc& desc,
                 const Context& ctx) {
@@ -33,6 +44,11 @@ Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device d
     if (const char* why = impl.declines ? impl.declines(desc) : nullptr) {
       if (verbose) log_dispatch(op, impl.name, why);
       continue;
+    }
+    if (Resolution* r = resolution_slot()) {
+      if (verbose) log_dispatch(op, impl.name, "selected (not run: implementation_name)");
+      if (!r->impl) r->impl = impl.name;  // an op that dispatches twice reports its first
+      return {};
     }
     if (verbose) log_dispatch(op, impl.name, "runs");
     return impl.run(desc, ctx);

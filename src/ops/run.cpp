@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "cpu/simd.hpp"
 #include "gradops/ops.hpp"
+#include "ops/dispatch.hpp"
 #include "ops/op_call.hpp"
 
 namespace gradops::detail {
@@ -269,6 +271,28 @@ Status run(std::string_view op_name, std::span<const TensorView* const> inputs,
   } catch (const std::exception& e) {
     return Status(StatusCode::internal, std::string(op_name) + ": " + e.what());
   }
+}
+
+Status implementation_name(std::string_view op_name, std::span<const TensorView* const> inputs,
+                           std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
+                           const Context& ctx, std::string* name) {
+  detail::Resolution resolution;
+  detail::Resolution*& slot = detail::resolution_slot();
+  detail::Resolution* const outer = slot;
+  slot = &resolution;
+  Status s = run(op_name, inputs, outputs, attributes, ctx);  // catches everything
+  slot = outer;
+  try {
+    name->clear();
+    if (s && resolution.impl) {
+      *name = resolution.impl;
+      // CPU implementations run on the SIMD target chosen for this CPU; name it as the log does.
+      if (name->starts_with("cpu")) *name += std::string(" [") + cpu::simd_target_name() + "]";
+    }
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, std::string(op_name) + ": out of host memory");
+  }
+  return s;
 }
 
 }  // namespace gradops

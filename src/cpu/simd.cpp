@@ -1,12 +1,58 @@
-#include "cpu/simd.hpp"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
+#include "cpu/simd-inl.h"
+#include "cpu/simd.hpp"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace gradops::cpu::HWY_NAMESPACE {
+
+template <class T>
+void EvalVectorMath(VectorMath f, const T* in, T* out, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += lanes) {
+    HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
+    const int64_t m = std::min(lanes, n - i);
+    std::copy(in + i, in + i + m, buf);
+    auto v = hn::Load(d, buf);
+    switch (f) {
+      case VectorMath::erfc: v = Erfc(d, v); break;
+      case VectorMath::exp: v = Exp(d, v); break;
+      case VectorMath::tanh: v = Tanh(d, v); break;
+      case VectorMath::log: v = Log(d, v); break;
+    }
+    hn::Store(v, d, buf);
+    std::copy(buf, buf + m, out + i);
+  }
+}
+void EvalF32(VectorMath f, const float* in, float* out, int64_t n) { EvalVectorMath(f, in, out, n); }
+void EvalF64(VectorMath f, const double* in, double* out, int64_t n) { EvalVectorMath(f, in, out, n); }
+
+}  // namespace gradops::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace gradops::cpu {
+HWY_EXPORT(EvalF32);
+HWY_EXPORT(EvalF64);
+
+void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n) {
+  apply_simd_target_from_environment();
+  HWY_DYNAMIC_DISPATCH(EvalF32)(f, in, out, n);
+}
+void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n) {
+  apply_simd_target_from_environment();
+  HWY_DYNAMIC_DISPATCH(EvalF64)(f, in, out, n);
+}
+
 namespace {
 
 struct Named {
@@ -61,3 +107,4 @@ void apply_simd_target_from_environment() {
 }
 
 }  // namespace gradops::cpu
+#endif  // HWY_ONCE

@@ -18,6 +18,12 @@ bool force_simd_target(std::string_view name);
 // names force_simd_target accepts ("avx512", "avx2", "sse4", "portable").
 int supported_simd_targets(const char** names, int capacity);
 
+// The vector transcendentals the kernels use, on the current target, lane by lane over n
+// values (for the ulp tests).
+enum class VectorMath { erfc, exp, tanh, log };
+void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n);
+void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n);
+
 // Called by every dispatching entry point before its first kernel.
 void apply_simd_target_from_environment();
 

@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""gradops against PyTorch's own CPU backward ops, side by side on the same tensors and thread count.
+
+Usage: bench/torch_cpu_compare.py --lib build/release/libgradops.so [--threads 2] [--dtype f32,bf16]
+       [--scale 1.0] [--repeats 15] [--json out/torch_cpu.json]
+
+For each op: the same inputs go to both; the outputs are compared (a disagreement beyond the
+dtype's tolerance is reported and the op counts as failed); then both are timed alternately, the
+median of --repeats runs each. The ratio is torch time / gradops time (> 1: gradops is faster), with
+the geometric mean over ops. Works with any PyTorch >= 1.13.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gradops_ctypes import Gradops  # noqa: E402
+
+aten = torch.ops.aten
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+
+
+def uniform(shape, dtype, lo=-1.0, hi=1.0):
+    return (torch.rand(shape, dtype=torch.float32) * (hi - lo) + lo).to(dtype)
+
+
+def elementwise(op, peer, second="x", attrs=None, n=1 << 24):
+    def make(dtype, scale):
+        m = int(n * scale)
+        dy = uniform((m,), dtype)
+        x = uniform((m,), dtype, -4, 4)
+        if second == "sigmoid":
+            x = torch.sigmoid(x.float()).to(dtype)
+        elif second == "tanh":
+            x = torch.tanh(x.float()).to(dtype)
+        dx = torch.empty_like(dy)
+        return dict(ins=[dy, x], outs=[dx], attrs=attrs or {}, peer=lambda: peer(dy, x), ref_out=0,
+                    shape=[m])
+    return op, make
+
+
+def bias_gelu(op, approximate, shape=(4096, 4096)):
+    def make(dtype, scale):
+        rows, cols = max(1, int(shape[0] * scale)), shape[1]
+        dy, x, b = uniform((rows, cols), dtype), uniform((rows, cols), dtype, -4, 4), uniform((cols,), dtype)
+        dx = torch.empty_like(dy)
+        return dict(ins=[dy, x, b], outs=[dx], attrs={},
+                    peer=lambda: aten.gelu_backward(dy, x + b, approximate=approximate), ref_out=0,
+                    shape=[rows, cols])
+    return op, make
+
+
+def quick_gelu_composite(dy, x, alpha=1.702):
+    v = x * alpha
+    s = torch.sigmoid(v)
+    return dy * s * (1 + v * (1 - s))
+
+
+def softmax(op, log, shape=(8192, 1024)):
+    def make(dtype, scale):
+        rows, cols = max(1, int(shape[0] * scale)), shape[1]
+        z = uniform((rows, cols), torch.float32, -4, 4)
+        y = (torch.log_softmax(z, -1) if log else torch.softmax(z, -1)).to(dtype)
+        dy = uniform((rows, cols), dtype)
+        dx = torch.empty_like(dy)
+        fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
+        return dict(ins=[dy, y], outs=[dx], attrs={"axis": -1}, peer=lambda: fn(dy, y, -1, dtype), ref_out=0,
+                    shape=[rows, cols])
+    return op, make
+
+
+def layer_norm(op, shape=(8192, 1024)):
+    def make(dtype, scale):
+        rows, cols = max(1, int(shape[0] * scale)), shape[1]
+        x = uniform((rows, cols), dtype, -2, 3)
+        w, b = uniform((cols,), dtype), uniform((cols,), dtype)
+        dy = uniform((rows, cols), dtype)
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        outs = [torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)]
+        if op == "SimplifiedLayerNormalizationGrad":
+            rms = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + 1e-5)
+            ins, outs = [dy, x, w, rms], outs[:2]
+        elif op == "InvertibleLayerNormalizationGrad":
+            y = (((xf - mean) * rstd) * w.float() + b.float()).to(dtype)
+            ins = [dy, y, w, b, rstd]
+        else:
+            ins = [dy, x, w, mean, rstd]
+        # PyTorch's nearest op for all three: native_layer_norm_backward with every output.
+        peer = lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True])
+        return dict(ins=ins, outs=outs, attrs={"axis": -1}, peer=peer, ref_out=None, shape=[rows, cols])
+    return op, make
+
+
+def batch_norm(op, shape=(32, 256, 28, 28)):
+    def make(dtype, scale):
+        n = max(1, int(shape[0] * scale))
+        shp = (n,) + tuple(shape[1:])
+        c = shape[1]
+        x = uniform(shp, dtype, -2, 3)
+        dy = uniform(shp, dtype)
+        w = uniform((c,), torch.float32)
+        xf = x.float().transpose(0, 1).reshape(c, -1)
+        mean = xf.mean(1)
+        invstd = torch.rsqrt(xf.var(1, unbiased=False) + 1e-5)
+        wt = w.to(dtype) if dtype == torch.float32 else w
+        outs = [torch.empty_like(x), torch.empty_like(wt), torch.empty_like(wt)]
+        peer = lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean, invstd, True, 1e-5,
+                                                       [True, True, True])
+        return dict(ins=[dy, x, wt, mean, invstd], outs=outs, attrs={"epsilon": 1e-5}, peer=peer, ref_out=None,
+                    shape=list(shp))
+    return op, make
+
+
+CASES = [
+    elementwise("GeluGrad", lambda dy, x: aten.gelu_backward(dy, x)),
+    elementwise("FastGeluGrad", lambda dy, x: aten.gelu_backward(dy, x, approximate="tanh")),
+    bias_gelu("BiasGeluGrad_dX", "none"),
+    bias_gelu("BiasFastGeluGrad_dX", "tanh"),
+    elementwise("ReluGrad", lambda dy, x: aten.threshold_backward(dy, x, 0)),
+    elementwise("SigmoidGrad", lambda dy, y: aten.sigmoid_backward(dy, y), second="sigmoid"),
+    elementwise("TanhGrad", lambda dy, y: aten.tanh_backward(dy, y), second="tanh"),
+    elementwise("QuickGeluGrad", quick_gelu_composite),
+    elementwise("LeakyReluGrad", lambda dy, y: aten.leaky_relu_backward(dy, y, 0.01, True), attrs={"alpha": 0.01}),
+    softmax("SoftmaxGrad_13", False),
+    softmax("LogSoftmaxGrad_13", True),
+    layer_norm("LayerNormalizationGrad"),
+    layer_norm("InvertibleLayerNormalizationGrad"),
+    layer_norm("SimplifiedLayerNormalizationGrad"),
+    batch_norm("BatchNormalizationGrad"),
+]
+
+
+def median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--dtype", default="f32,bf16")
+    ap.add_argument("--scale", type=float, default=1.0, help="scales the number of rows of every shape")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3, help="independent rounds; the spread is reported")
+    ap.add_argument("--op", default="", help="comma-separated ORT names")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    g = Gradops(args.lib)
+    wanted = set(filter(None, args.op.split(",")))
+    rows = []
+    print(f"torch {torch.__version__}, threads {args.threads}, {platform.processor() or platform.machine()}")
+    print(f"{'op':36} {'dtype':5} {'shape':>18} {'torch ms':>9} {'gradops ms':>10} {'ratio':>6} {'spread':>13}")
+    for op, make in CASES:
+        if wanted and op not in wanted:
+            continue
+        for name in args.dtype.split(","):
+            dtype = TORCH_DTYPES[name]
+            c = make(dtype, args.scale)
+            run = g.prepare(op, c["ins"], c["outs"], c["attrs"], threads=args.threads)
+            try:
+                run()
+                peer_out = c["peer"]()
+            except (RuntimeError, NotImplementedError) as e:
+                print(f"{op:36} {name:5} skipped: {str(e).splitlines()[0][:80]}")
+                rows.append(dict(op=op, dtype=name, status="skipped", note=str(e).splitlines()[0]))
+                continue
+            agree = True
+            if c["ref_out"] is not None:  # single-output peers: compare the results
+                ref = (peer_out[0] if isinstance(peer_out, tuple) else peer_out).float()
+                got = c["outs"][0].float()
+                tol = 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-4
+                err = ((got - ref).abs() / (ref.abs() + 1)).max().item()
+                agree = err <= tol
+            ratios, tt, tg = [], [], []
+            for _ in range(args.rounds):
+                t_torch = median_time(c["peer"], args.repeats)
+                t_gradops = median_time(run, args.repeats)
+                tt.append(t_torch)
+                tg.append(t_gradops)
+                ratios.append(t_torch / t_gradops)
+            ratio = statistics.median(ratios)
+            shape = "x".join(map(str, c["shape"]))
+            flag = "" if agree else "  RESULTS DISAGREE"
+            print(f"{op:36} {name:5} {shape:>18} {statistics.median(tt)*1e3:9.3f} {statistics.median(tg)*1e3:10.3f}"
+                  f" {ratio:6.2f} {min(ratios):6.2f}-{max(ratios):5.2f}{flag}", flush=True)
+            rows.append(dict(op=op, dtype=name, shape=c["shape"], torch_ms=statistics.median(tt) * 1e3,
+                             gradops_ms=statistics.median(tg) * 1e3, ratio=ratio, ratio_min=min(ratios),
+                             ratio_max=max(ratios), status="pass" if agree else "disagree"))
+    timed = [r for r in rows if "ratio" in r]
+    geo = math.exp(sum(math.log(r["ratio"]) for r in timed) / len(timed)) if timed else float("nan")
+    slowest = min(timed, key=lambda r: r["ratio"]) if timed else None
+    print(f"geomean ratio (torch / gradops) over {len(timed)} cases: {geo:.2f}")
+    if slowest:
+        print(f"slowest relative to torch: {slowest['op']} {slowest['dtype']} at {slowest['ratio']:.2f}")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(torch=torch.__version__, threads=args.threads, geomean=geo, cases=rows), f, indent=1)
+    return 0 if all(r.get("status") == "pass" for r in timed) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -149,17 +149,17 @@ Status check_types(OpCall& c) {
       return {};
     }
   }
-  std::string got = "(";
+  // Name the tensor that set each type variable, so the message points at the arguments.
+  std::string got;
   for (std::size_t v = 0; v < op.type_vars.size(); ++v)
-    got += std::string(v ? ", " : "") + (var[v] == kUnset ? "any" : dtype_name(static_cast<DType>(var[v])));
-  return invalid(c, "dtype combination " + got + " for (" +
-                        [&] {
-                          std::string n;
-                          for (std::size_t v = 0; v < op.type_vars.size(); ++v)
-                            n += std::string(v ? ", " : "") + std::string(op.type_vars[v]);
-                          return n;
-                        }() +
-                        ") is not supported; allowed: " + allowed_signatures(op));
+    got += std::string(v ? ", " : "") + std::string(op.type_vars[v]) + " = " +
+           (var[v] == kUnset ? std::string("any")
+                             : std::string(dtype_name(static_cast<DType>(var[v]))) + " from '" +
+                                   std::string(first[v]) + "'");
+  std::string vars;
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) vars += std::string(v ? ", " : "") + std::string(op.type_vars[v]);
+  return invalid(c, "dtype combination (" + got + ") is not supported; allowed (" + vars +
+                        "): " + allowed_signatures(op));
 }
 
 }  // namespace
@@ -286,8 +286,9 @@ Status implementation_name(std::string_view op_name, std::span<const TensorView*
     name->clear();
     if (s && resolution.impl) {
       *name = resolution.impl;
-      // CPU implementations run on the SIMD target chosen for this CPU; name it as the log does.
-      if (name->starts_with("cpu")) *name += std::string(" [") + cpu::simd_target_name() + "]";
+      // CPU implementations run on the SIMD target chosen for this CPU; name it as the log does
+      // (except where the implementation's own name says it has no SIMD dispatch).
+      if (name->starts_with("cpu:") && *name != "cpu:scalar") *name += std::string(" [") + cpu::simd_target_name() + "]";
     }
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::out_of_memory, std::string(op_name) + ": out of host memory");

@@ -1,0 +1,505 @@
+// The ONNX Runtime custom-op library: registers gradops' gradient operators (and BatchNormInternal)
+// in the com.microsoft domain so that stock ONNX Runtime runs graphs made by ORT's gradient builder.
+//
+// Everything comes from the op table (gradops/schema.hpp): one OrtCustomOp per (operator, dtype
+// signature), whose inputs, outputs, optional outputs, attributes and in-place pairs are the
+// table's. ORT groups the OrtCustomOps of one name into one schema and picks the kernel whose
+// dtypes match the node, which covers the mixed (T, U, V) and (T, T1, T2) signatures. A kernel
+// reads the node's attributes once, at creation; at run time it wraps ORT's tensors in
+// TensorViews, allocates the outputs, and calls gradops::run, which validates everything and
+// reports failures with the message that ORT then returns.
+//
+// Only the CPU execution provider is registered for now. The seam for the CUDA provider: register
+// each OrtCustomOp a second time with `get_provider` returning "CUDAExecutionProvider"; its
+// kernels set Context::cuda_stream from KernelContext_GetGPUComputeStream (in `compute`) and take
+// scratch from KernelContext_GetAllocator with a "Cuda" OrtMemoryInfo for the tensors' device
+// (made in `create_kernel`, where the CPU one is made now). Tensor devices already come from each
+// OrtValue's memory info, so nothing else changes.
+#include <onnxruntime_c_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gradops/ops.hpp"
+#include "gradops/schema.hpp"
+
+namespace {
+
+using namespace gradops;
+
+// OrtCustomOp::GetMayInplace and ReleaseMayInplace (ORT 1.18) are the newest members we fill in;
+// CreateKernelV2/KernelComputeV2 (1.16) and KernelContext_GetAllocator (1.15) are older.
+constexpr uint32_t kMinOrtApiVersion = 18;
+constexpr const char* kMinOrtRelease = "1.18";
+
+// The operators registered: every gradient operator, and BatchNormInternal (which ORT's training
+// rewrite puts in place of BatchNormalization). Never a name stock ONNX Runtime already has (Gelu,
+// Softmax, LayerNormalization, ...): a custom kernel would silently replace ORT's own.
+bool registered(const OpSchema& op) { return op.gradient || op.id == OpId::BatchNormInternal; }
+
+// The input whose shape each output takes (for valid calls; gradops rejects the others).
+int shape_source(const OpSchema& op, int output) {
+  switch (op.family) {
+    case OpFamily::activation: return output == 0 ? 0 : 2;  // dX like dY, dB like B: [last dim]
+    case OpFamily::softmax: return 0;                       // dX like dY
+    case OpFamily::layer_norm: return output == 0 ? 1 : 2;  // X_grad like X (Y); the rest like scale
+    case OpFamily::batch_norm:
+      if (op.gradient) return output == 0 ? 1 : 2;  // X_grad like X; scale_grad, bias_grad: [C]
+      return output == 0 ? 0 : 3;                   // Y like X; the statistics like input_mean: [C]
+  }
+  return -1;
+}
+
+ONNXTensorElementDataType ort_type(DType t) {
+  switch (t) {
+    case DType::f32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    case DType::f64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+    case DType::f16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+    case DType::bf16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+  }
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+}
+
+bool from_ort_type(ONNXTensorElementDataType t, DType* out) {
+  for (DType d : kAllDTypes)
+    if (ort_type(d) == t) {
+      *out = d;
+      return true;
+    }
+  return false;
+}
+
+OrtErrorCode ort_code(StatusCode c) {
+  switch (c) {
+    case StatusCode::ok: return ORT_OK;
+    case StatusCode::invalid_argument: return ORT_INVALID_ARGUMENT;
+    case StatusCode::unimplemented: return ORT_NOT_IMPLEMENTED;
+    case StatusCode::out_of_memory: return ORT_RUNTIME_EXCEPTION;
+    case StatusCode::device_error: return ORT_EP_FAIL;
+    case StatusCode::internal: return ORT_FAIL;
+  }
+  return ORT_FAIL;
+}
+
+// ---- in-place pairs -------------------------------------------------------------------------------
+
+// GetMayInplace takes no OrtCustomOp, so each distinct set of the table's alias rules gets its own
+// function: slot k reports alias_sets()[k]. The table has two sets (dX may be dY; BatchNormInternal's
+// running statistics may be its input statistics); four slots leave room.
+constexpr int kAliasSlots = 4;
+
+std::vector<std::span<const AliasRule>>& alias_sets() {
+  static std::vector<std::span<const AliasRule>> sets;
+  return sets;
+}
+
+template <int Slot>
+size_t ORT_API_CALL may_inplace(int** input_index, int** output_index) {
+  *input_index = *output_index = nullptr;
+  const std::span<const AliasRule> rules = alias_sets()[Slot];
+  // ORT releases these through ReleaseMayInplace (older runtimes call free() directly): malloc.
+  auto* in = static_cast<int*>(std::malloc(rules.size() * sizeof(int)));
+  auto* out = static_cast<int*>(std::malloc(rules.size() * sizeof(int)));
+  if (!in || !out) {
+    std::free(in);
+    std::free(out);
+    return 0;  // no in-place reuse is always correct
+  }
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    in[i] = rules[i].input;
+    out[i] = rules[i].output;
+  }
+  *input_index = in;
+  *output_index = out;
+  return rules.size();
+}
+
+size_t ORT_API_CALL no_pairs(int** input_index, int** output_index) {
+  *input_index = *output_index = nullptr;
+  return 0;
+}
+
+void ORT_API_CALL release_pairs(int* input_index, int* output_index) {
+  std::free(input_index);
+  std::free(output_index);
+}
+
+constexpr std::array<size_t(ORT_API_CALL*)(int**, int**), kAliasSlots> kMayInplace = {
+    may_inplace<0>, may_inplace<1>, may_inplace<2>, may_inplace<3>};
+
+// ---- registrations --------------------------------------------------------------------------------
+
+// One (operator, signature) pair. Standard layout with the OrtCustomOp first, so that the pointer
+// ORT hands to the callbacks converts back to the Registration.
+struct Registration {
+  OrtCustomOp ort;
+  const OpSchema* op;
+  TypeSignature sig;
+  char name[48];  // NUL-terminated copy of op->name
+};
+static_assert(std::is_standard_layout_v<Registration>);
+
+const Registration& reg_of(const OrtCustomOp* op) { return *reinterpret_cast<const Registration*>(op); }
+
+const char* ORT_API_CALL get_name(const OrtCustomOp* op) { return reg_of(op).name; }
+const char* ORT_API_CALL get_provider(const OrtCustomOp*) { return nullptr; }  // the CPU provider
+size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return reg_of(op).op->inputs.size(); }
+size_t ORT_API_CALL output_count(const OrtCustomOp* op) { return reg_of(op).op->outputs.size(); }
+ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
+  const Registration& r = reg_of(op);
+  return ort_type(r.sig.types[r.op->inputs[i].type_var]);
+}
+ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t i) {
+  const Registration& r = reg_of(op);
+  return ort_type(r.sig.types[r.op->outputs[i].type_var]);
+}
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL input_kind(const OrtCustomOp* op, size_t i) {
+  return reg_of(op).op->inputs[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+}
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL output_kind(const OrtCustomOp* op, size_t i) {
+  return reg_of(op).op->outputs[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+}
+OrtMemType ORT_API_CALL input_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
+int ORT_API_CALL start_version(const OrtCustomOp* op) { return reg_of(op).op->since_version; }
+int ORT_API_CALL variadic_min_arity(const OrtCustomOp*) { return 1; }
+int ORT_API_CALL variadic_homogeneity(const OrtCustomOp*) { return 1; }
+
+// ---- kernels --------------------------------------------------------------------------------------
+
+struct Kernel {
+  const OrtApi* api;
+  const OpSchema* op;
+  std::array<Attribute, kMaxAttrs> attrs;
+  int num_attrs = 0;
+  OrtMemoryInfo* cpu_memory = nullptr;  // names ORT's CPU allocator, for scratch
+};
+
+OrtStatus* error(const OrtApi* api, OrtErrorCode code, const std::string& message) {
+  return api->CreateStatus(code, message.c_str());
+}
+
+// True for success; a failure is released.
+bool succeeded(const OrtApi* api, OrtStatus* s) {
+  if (!s) return true;
+  api->ReleaseStatus(s);
+  return false;
+}
+
+// Reads attribute `a` of the node. Absent: *found = false (gradops applies the schema's default).
+// Present with another type: an error, rather than silently running with the default.
+OrtStatus* read_attribute(const OrtApi* api, const OrtKernelInfo* info, const OpSchema& op,
+                          const AttrSchema& a, bool* found, double* value) {
+  const std::string name(a.name);
+  const bool is_float = a.type == AttrType::float32;
+  float f;
+  int64_t i;
+  size_t size = 0;
+  *found = is_float ? succeeded(api, api->KernelInfoGetAttribute_float(info, name.c_str(), &f))
+                    : succeeded(api, api->KernelInfoGetAttribute_int64(info, name.c_str(), &i));
+  if (*found) {
+    *value = is_float ? static_cast<double>(f) : static_cast<double>(i);
+    return nullptr;
+  }
+  // Absent, or of another type? Probe the other kinds an attribute of this name could be.
+  const bool other_type = (is_float ? succeeded(api, api->KernelInfoGetAttribute_int64(info, name.c_str(), &i))
+                                    : succeeded(api, api->KernelInfoGetAttribute_float(info, name.c_str(), &f))) ||
+                          succeeded(api, api->KernelInfoGetAttribute_string(info, name.c_str(), nullptr, &size));
+  if (!other_type) return nullptr;
+  return error(api, ORT_INVALID_ARGUMENT,
+               std::string(op.name) + ": attribute '" + name + "' must be " + (is_float ? "a FLOAT" : "an INT") +
+                   " attribute");
+}
+
+OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* custom_op, const OrtApi* api, const OrtKernelInfo* info,
+                                      void** out) try {
+  *out = nullptr;
+  const OpSchema& op = *reg_of(custom_op).op;
+  auto k = std::make_unique<Kernel>();
+  k->api = api;
+  k->op = &op;
+  for (const AttrSchema& a : op.attributes) {
+    bool found = false;
+    double value = 0;
+    if (OrtStatus* s = read_attribute(api, info, op, a, &found, &value)) return s;
+    if (found) {
+      k->attrs[k->num_attrs++] = {a.name, value};
+    } else if (a.required) {
+      return error(api, ORT_INVALID_ARGUMENT,
+                   std::string(op.name) + ": required attribute '" + std::string(a.name) + "' is missing");
+    }
+  }
+  // The CPU provider's allocator, for scratch (a CUDA registration would name its device's here).
+  if (OrtStatus* s = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &k->cpu_memory)) return s;
+  *out = k.release();
+  return nullptr;
+} catch (const std::exception& e) {
+  return error(api, ORT_RUNTIME_EXCEPTION, std::string(reg_of(custom_op).name) + ": " + e.what());
+}
+
+void ORT_API_CALL destroy_kernel(void* p) {
+  auto* k = static_cast<Kernel*>(p);
+  if (!k) return;
+  if (k->cpu_memory) k->api->ReleaseMemoryInfo(k->cpu_memory);
+  delete k;
+}
+
+// Scratch for gradops from ORT's allocator of the kernel's provider. gradops wants 64-byte
+// alignment, which ORT's allocators do not promise, so each block is over-allocated and the
+// pointer ORT returned is kept just below the aligned one.
+struct Scratch {
+  const OrtApi* api;
+  OrtKernelContext* ctx;
+  const OrtMemoryInfo* memory;
+  OrtAllocator* allocator = nullptr;  // fetched on first use; most calls need no scratch
+
+  ~Scratch() {
+    if (allocator) api->ReleaseAllocator(allocator);
+  }
+};
+
+constexpr std::size_t kAlign = 64;
+
+void* scratch_allocate(void* user, Device, std::size_t bytes) {
+  auto* s = static_cast<Scratch*>(user);
+  if (!s->allocator && !succeeded(s->api, s->api->KernelContext_GetAllocator(s->ctx, s->memory, &s->allocator))) {
+    s->allocator = nullptr;
+    return nullptr;
+  }
+  void* raw = nullptr;
+  if (bytes > SIZE_MAX - kAlign - sizeof(void*) ||
+      !succeeded(s->api, s->api->AllocatorAlloc(s->allocator, bytes + kAlign + sizeof(void*), &raw)) || !raw)
+    return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(raw) + sizeof(void*);
+  auto* aligned = reinterpret_cast<void*>((base + kAlign - 1) & ~(uintptr_t{kAlign} - 1));
+  std::memcpy(static_cast<char*>(aligned) - sizeof(void*), &raw, sizeof(void*));
+  return aligned;
+}
+
+void scratch_deallocate(void* user, Device, void* ptr, std::size_t) {
+  if (!ptr) return;
+  auto* s = static_cast<Scratch*>(user);
+  void* raw;
+  std::memcpy(&raw, static_cast<char*>(ptr) - sizeof(void*), sizeof(void*));
+  succeeded(s->api, s->api->AllocatorFree(s->allocator, raw));
+}
+
+// A TensorView over an OrtValue. `device` comes from the value's memory info.
+OrtStatus* view_of(const OrtApi* api, const OpSchema& op, const OrtValue* v, TensorView* out) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  if (OrtStatus* s = api->GetTensorTypeAndShape(v, &info)) return s;
+  ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t rank = 0;
+  OrtStatus* s = api->GetTensorElementType(info, &et);
+  if (!s) s = api->GetDimensionsCount(info, &rank);
+  std::vector<int64_t> dims(rank);
+  if (!s) s = api->GetDimensions(info, dims.data(), rank);
+  api->ReleaseTensorTypeAndShapeInfo(info);
+  if (s) return s;
+  DType dtype;
+  if (!from_ort_type(et, &dtype))
+    return error(api, ORT_INVALID_ARGUMENT,
+                 std::string(op.name) + ": tensor element type " + std::to_string(et) + " is not supported");
+  void* data = nullptr;
+  if (OrtStatus* st = api->GetTensorMutableData(const_cast<OrtValue*>(v), &data)) return st;
+  const OrtMemoryInfo* memory = nullptr;
+  if (OrtStatus* st = api->GetTensorMemoryInfo(v, &memory)) return st;
+  OrtMemoryInfoDeviceType device_type = OrtMemoryInfoDeviceType_CPU;
+  api->MemoryInfoGetDeviceType(memory, &device_type);
+  Device device = Device::cpu();
+  if (device_type == OrtMemoryInfoDeviceType_GPU) {
+    int id = 0;
+    if (OrtStatus* st = api->MemoryInfoGetId(memory, &id)) return st;
+    device = Device::cuda(id);
+  }
+  *out = TensorView(data, dtype, std::span<const int64_t>(dims), device);
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
+  const Kernel& k = *static_cast<const Kernel*>(p);
+  const OrtApi* api = k.api;
+  const OpSchema& op = *k.op;
+
+  std::array<TensorView, kMaxArgs> in_views{}, out_views{};
+  std::array<const TensorView*, kMaxArgs> in{}, out{};
+  size_t n_in = 0, n_out = 0;
+  if (OrtStatus* s = api->KernelContext_GetInputCount(ctx, &n_in)) return s;
+  if (OrtStatus* s = api->KernelContext_GetOutputCount(ctx, &n_out)) return s;
+  for (size_t i = 0; i < op.inputs.size() && i < n_in; ++i) {
+    const OrtValue* v = nullptr;
+    if (OrtStatus* s = api->KernelContext_GetInput(ctx, i, &v)) return s;
+    if (!v) continue;  // an absent optional input
+    if (OrtStatus* s = view_of(api, op, v, &in_views[i])) return s;
+    in[i] = &in_views[i];
+  }
+  for (size_t o = 0; o < op.outputs.size() && o < n_out; ++o) {
+    const int src = shape_source(op, static_cast<int>(o));
+    std::span<const int64_t> shape;
+    if (src >= 0 && in[src]) shape = in[src]->shape();
+    OrtValue* v = nullptr;
+    if (OrtStatus* s = api->KernelContext_GetOutput(ctx, o, shape.data(), shape.size(), &v)) return s;
+    if (!v) continue;  // an optional output the node does not have
+    if (OrtStatus* s = view_of(api, op, v, &out_views[o])) return s;
+    out[o] = &out_views[o];
+  }
+
+  Scratch scratch{api, ctx, k.cpu_memory};
+  const WorkspaceAllocator allocator{scratch_allocate, scratch_deallocate, &scratch};
+  Context context;  // threads: OpenMP's default; a CUDA registration would set cuda_stream here
+  context.allocator = &allocator;
+
+  const Status st = run(op.name, std::span(in.data(), op.inputs.size()), std::span(out.data(), op.outputs.size()),
+                        std::span(k.attrs.data(), static_cast<size_t>(k.num_attrs)), context);
+  if (st.is_ok()) return nullptr;
+  return error(api, ort_code(st.code()), st.message());
+} catch (const std::bad_alloc&) {
+  const Kernel& k = *static_cast<const Kernel*>(p);
+  return error(k.api, ORT_RUNTIME_EXCEPTION, std::string(k.op->name) + ": out of host memory");
+} catch (const std::exception& e) {
+  const Kernel& k = *static_cast<const Kernel*>(p);
+  return error(k.api, ORT_RUNTIME_EXCEPTION, std::string(k.op->name) + ": " + e.what());
+}
+
+// ORT infers a custom op's output types, and picks its kernel, from the input dtypes alone, taking
+// the first registration that matches. A signature whose input dtypes equal an earlier one's
+// differs only in a type variable that no input carries (InvertibleLayerNormalizationGrad's T,
+// which only X_grad has), and ORT could never select it: it is not registered.
+bool selectable(const OpSchema& op, const TypeSignature& sig) {
+  for (const TypeSignature& earlier : op.signatures) {
+    if (&earlier == &sig) return true;
+    bool same_inputs = true;
+    for (const ArgSchema& in : op.inputs)
+      same_inputs = same_inputs && earlier.types[in.type_var] == sig.types[in.type_var];
+    if (same_inputs) return false;
+  }
+  return true;
+}
+
+// Every (operator, signature) pair, built once; the addresses stay valid for the life of the
+// process, as ORT requires of registered OrtCustomOps.
+const std::vector<Registration>& registrations() {
+  static const std::vector<Registration> regs = [] {
+    std::vector<Registration> r;
+    for (const OpSchema& op : op_schemas()) {
+      if (!registered(op)) continue;
+      int slot = -1;
+      if (!op.aliases.empty()) {
+        auto& sets = alias_sets();
+        auto same = [&](std::span<const AliasRule> s) {
+          return std::equal(s.begin(), s.end(), op.aliases.begin(), op.aliases.end(),
+                            [](AliasRule a, AliasRule b) { return a.output == b.output && a.input == b.input; });
+        };
+        auto it = std::find_if(sets.begin(), sets.end(), same);
+        slot = static_cast<int>(it - sets.begin());
+        if (it == sets.end()) sets.push_back(op.aliases);
+        if (slot >= kAliasSlots) throw std::length_error("more distinct in-place rule sets than slots");
+      }
+      for (const TypeSignature& sig : op.signatures) {
+        if (!selectable(op, sig)) continue;
+        Registration g{};
+        g.op = &op;
+        g.sig = sig;
+        if (op.name.size() >= sizeof(g.name)) throw std::length_error("operator name too long");
+        std::memcpy(g.name, op.name.data(), op.name.size());
+        OrtCustomOp& c = g.ort;
+        c.version = kMinOrtApiVersion;  // what we fill in; ORT reads no newer member
+        c.GetName = get_name;
+        c.GetExecutionProviderType = get_provider;
+        c.GetInputType = input_type;
+        c.GetInputTypeCount = input_count;
+        c.GetOutputType = output_type;
+        c.GetOutputTypeCount = output_count;
+        c.GetInputCharacteristic = input_kind;
+        c.GetOutputCharacteristic = output_kind;
+        c.GetInputMemoryType = input_memory;
+        c.GetVariadicInputMinArity = variadic_min_arity;
+        c.GetVariadicInputHomogeneity = variadic_homogeneity;
+        c.GetVariadicOutputMinArity = variadic_min_arity;
+        c.GetVariadicOutputHomogeneity = variadic_homogeneity;
+        c.CreateKernelV2 = create_kernel;
+        c.KernelComputeV2 = compute;
+        c.KernelDestroy = destroy_kernel;
+        c.GetStartVersion = start_version;
+        c.GetMayInplace = slot < 0 ? no_pairs : kMayInplace[slot];
+        c.ReleaseMayInplace = release_pairs;
+        c.GetAliasMap = no_pairs;  // ORT's Alias() means "must share"; gradops only allows it
+        c.ReleaseAliasMap = release_pairs;
+        r.push_back(g);
+      }
+    }
+    return r;
+  }();
+  return regs;
+}
+
+// Domains handed to ORT stay alive until the library is unloaded (ORT's sessions refer to them).
+struct Domains {
+  std::mutex mutex;
+  std::vector<std::pair<const OrtApi*, OrtCustomOpDomain*>> list;
+  ~Domains() {
+    for (auto& [api, d] : list) api->ReleaseCustomOpDomain(d);
+  }
+};
+Domains& domains() {
+  static Domains d;
+  return d;
+}
+
+OrtStatus* register_all(OrtSessionOptions* options, const OrtApi* api) {
+  const std::vector<Registration>& regs = registrations();
+  std::vector<std::string_view> names;  // one OrtCustomOpDomain per table domain
+  for (const Registration& r : regs)
+    if (std::find(names.begin(), names.end(), r.op->domain) == names.end()) names.push_back(r.op->domain);
+  for (std::string_view name : names) {
+    OrtCustomOpDomain* domain = nullptr;
+    if (OrtStatus* s = api->CreateCustomOpDomain(std::string(name).c_str(), &domain)) return s;
+    {
+      std::lock_guard<std::mutex> lock(domains().mutex);
+      domains().list.emplace_back(api, domain);
+    }
+    for (const Registration& r : regs) {
+      if (r.op->domain != name) continue;
+      if (OrtStatus* s = api->CustomOpDomain_Add(domain, &r.ort)) return s;
+    }
+    if (OrtStatus* s = api->AddCustomOpDomain(options, domain)) return s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The entry point ONNX Runtime calls when the library is loaded into a session's options
+// (SessionOptions::RegisterCustomOpsLibrary in C++, register_custom_ops_library in Python).
+__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
+                                                                               const OrtApiBase* api_base) {
+  const OrtApi* api = api_base->GetApi(kMinOrtApiVersion);
+  if (!api) {
+    // Every runtime serves version 1 of the API, which is enough to say why we stop here.
+    const std::string message = std::string("libgradops_onnxruntime needs ONNX Runtime ") + kMinOrtRelease +
+                                " or newer (C API version " + std::to_string(kMinOrtApiVersion) +
+                                "); this runtime is " + api_base->GetVersionString();
+    return api_base->GetApi(1)->CreateStatus(ORT_FAIL, message.c_str());
+  }
+  try {
+    return register_all(options, api);
+  } catch (const std::exception& e) {
+    return api->CreateStatus(ORT_FAIL, (std::string("libgradops_onnxruntime: ") + e.what()).c_str());
+  }
+}
+
+}  // extern "C"

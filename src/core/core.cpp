@@ -68,10 +68,12 @@ const char* device_type_name(DeviceType t) noexcept {
 int64_t TensorView::numel() const noexcept {
   if (rank < 0 || rank > kMaxRank) return -1;
   int64_t n = 1;
+  bool empty = false;  // a zero dim makes the product 0, but only once no dim is negative
   for (int i = 0; i < rank; ++i) {
     if (dims[i] < 0) return -1;
-    if (dims[i] == 0) return 0;
+    empty = empty || dims[i] == 0;
   }
+  if (empty) return 0;
   for (int i = 0; i < rank; ++i)
     if (__builtin_mul_overflow(n, dims[i], &n)) return -1;
   return n;

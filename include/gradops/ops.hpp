@@ -228,10 +228,11 @@ Status run(std::string_view op_name, std::span<const TensorView* const> inputs,
            std::span<const TensorView* const> outputs, std::span<const Attribute> attributes = {},
            const Context& ctx = {});
 
-// The display name of the implementation that `run` would pick for this call, as the
-// GRADOPS_VERBOSE=dispatch log prints it ("cpu:simd [AVX3]", "cuda:warp_per_row", ...). The call is
-// validated exactly as `run` validates it and fails the same way; no tensor data is read or
-// written. *name is empty for a valid call that needs no kernel.
+// The display name of the implementation that `run` would pick for this call ("cpu:scalar",
+// "cuda:warp_per_row", ...; CPU SIMD implementations add the target chosen for this processor, as
+// the GRADOPS_VERBOSE=dispatch log does: "cpu:simd [AVX3]"). The call is validated exactly as
+// `run` validates it and fails the same way; no tensor data is read or written. *name is empty for
+// a valid call that needs no kernel.
 Status implementation_name(std::string_view op_name, std::span<const TensorView* const> inputs,
                            std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
                            const Context& ctx, std::string* name);

@@ -158,6 +158,14 @@ Status Case::run() {
   return gradops::run(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx);
 }
 
+Status Case::implementation(std::string* name) const {
+  const Impl& m = *impl_;
+  Context ctx;
+  ctx.num_threads = m.p.threads;
+  ctx.cuda_stream = m.p.cuda_stream;
+  return gradops::implementation_name(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx, name);
+}
+
 int64_t Case::bytes() const {
   int64_t b = 0;
   for (const auto& x : impl_->in_buf)

@@ -77,6 +77,8 @@ class Case {
   void poison_outputs();   // every output byte 0xFF: NaN in every float format
   Status run();            // one gradops call on the prepared buffers
   Report compare() const;  // outputs of the last run against the reference
+  // The implementation `run` would use (gradops::implementation_name on the prepared buffers).
+  Status implementation(std::string* name) const;
   // The bytes model: each input read once, each output written once.
   int64_t bytes() const;
   const Problem& problem() const;

@@ -1,0 +1,108 @@
+// gradops list: the op table as ONNX Runtime users read it.
+#include <cstdio>
+#include <string>
+
+#include "cli.hpp"
+
+namespace gradops::cli {
+namespace {
+
+constexpr OptionSpec kSpecs[] = {
+    {"--op", "NAMES", "only these operators (ORT names, comma-separated; repeatable)", true},
+};
+
+std::string arg_list(const OpSchema& op, std::span<const ArgSchema> args) {
+  std::string s;
+  for (const ArgSchema& a : args) {
+    if (!s.empty()) s += ", ";
+    s += std::string(a.name) + ": " + std::string(op.type_vars[a.type_var]);
+    if (a.optional || a.extension)
+      s += std::string(" (") + (a.optional ? "optional" : "") + (a.optional && a.extension ? ", " : "") +
+           (a.extension ? "gradops extension" : "") + ")";
+  }
+  return s;
+}
+
+std::string number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+std::string attribute_list(const OpSchema& op) {
+  if (op.attributes.empty()) return "none";
+  std::string s;
+  for (const AttrSchema& a : op.attributes) {
+    if (!s.empty()) s += ", ";
+    s += std::string(a.name) + ": " + (a.type == AttrType::int64 ? "int" : "float");
+    s += a.required ? " (required)" : " = " + number(a.default_value);
+    if (a.extension) s += " (gradops extension)";
+  }
+  return s;
+}
+
+void print_op(const OpSchema& op) {
+  std::printf("%s  %s v%d  %s, %s family\n", std::string(op.name).c_str(),
+              op.domain.empty() ? "ai.onnx" : std::string(op.domain).c_str(), op.since_version,
+              op.gradient ? "gradient" : "forward", op_family_name(op.family));
+  std::printf("  %s\n", std::string(op.summary).c_str());
+  std::printf("  inputs:     %s\n", arg_list(op, op.inputs).c_str());
+  std::printf("  outputs:    %s\n", arg_list(op, op.outputs).c_str());
+  std::printf("  attributes: %s\n", attribute_list(op).c_str());
+  std::string vars;
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) vars.append(v ? ", " : "").append(op.type_vars[v]);
+  std::string sigs;
+  const bool several = op.type_vars.size() > 1;
+  for (const TypeSignature& s : op.signatures) {
+    if (!sigs.empty()) sigs += ' ';
+    if (several) sigs += '(';
+    for (std::size_t v = 0; v < op.type_vars.size(); ++v) sigs.append(v ? ", " : "").append(dtype_name(s.types[v]));
+    if (several) sigs += ')';
+  }
+  std::printf("  dtypes (%s): %s\n", vars.c_str(), sigs.c_str());
+  for (const AliasRule& r : op.aliases)
+    std::printf("  in place:   %s may be the same buffer as %s\n", std::string(op.outputs[r.output].name).c_str(),
+                std::string(op.inputs[r.input].name).c_str());
+}
+
+}  // namespace
+
+int list_main(std::span<char* const> args) {
+  Options o;
+  std::string error;
+  if (!parse_options(args, kSpecs, &o, &error)) return usage_error("list", error);
+  if (o.has("--help")) {
+    print_help(stdout, "gradops list [--op NAMES]",
+               "Every operator with its ONNX Runtime signature: domain, inputs and outputs with their\n"
+               "type variables (optional ones and gradops extensions marked), attributes with types and\n"
+               "defaults (required ones marked), the dtype signatures, in-place pairs; and the devices\n"
+               "this build runs them on.",
+               kSpecs);
+    return kExitOk;
+  }
+  Selection sel;
+  if (!sel.parse(o, &error)) return usage_error("list", error);
+
+  int gradients = 0, forwards = 0;
+  for (const OpSchema& op : op_schemas()) (op.gradient ? gradients : forwards)++;
+  std::printf("gradops %s: %d operators (%d gradients, %d forward companions)\n", GRADOPS_VERSION,
+              gradients + forwards, gradients, forwards);
+#if defined(GRADOPS_HAVE_CUDA)
+  std::printf("devices: cpu, cuda (every operator, in each of its dtype signatures)\n");
+#else
+  std::printf("devices: cpu (every operator, in each of its dtype signatures; built without CUDA)\n");
+#endif
+  bool first_forward = true;
+  for (const OpSchema& op : op_schemas()) {
+    if (!sel.op_selected(op)) continue;
+    if (!op.gradient && first_forward && sel.ops.empty()) {
+      std::printf("\n---- forward companions ----\n");
+      first_forward = false;
+    }
+    std::printf("\n");
+    print_op(op);
+  }
+  return kExitOk;
+}
+
+}  // namespace gradops::cli

@@ -68,11 +68,65 @@ Tolerance activation(const Problem& p, int output) {
   return tol;
 }
 
+// Softmax family. The oracle draws x ~ U(-4, 4) (the forwards' input; the gradients' Y is the
+// softmax or log-softmax of such an x, rounded to Y's dtype) and dY ~ U(-1, 1), sd_dy = 1/sqrt(3).
+// With n the group length and lambda = 6:
+//   L(n)  = min(n, lambda sqrt(n)): a sum of n terms in any fixed order (sequential, interleaved
+//           lanes, a tree) has error <= L(n) u_c R, R a bound on its partial sums: n roundings at
+//           worst, a random walk of sqrt(n) of them in practice (Higham and Mary's probabilistic
+//           bound).
+//   p_max bounds a group's largest probability: e^4 / (e^4 + (n-1) e^-4) always, and
+//           e^4 / (n mu - lambda sqrt(n) sd) once the n draws of e^x (mean mu = 6.822, sd = 11.83)
+//           concentrate. Typical probabilities are ~1/n, so this is what scales the gradients' abs.
+// SoftmaxGrad:    dx = y (dy - s), s = sum(y dy). s's partial sums are below sum(y) = 1 and, as a
+//   walk of mean-zero steps, below lambda sd_dy sqrt(sum y^2) <= lambda sd_dy sqrt(p_max): R is the
+//   smaller. |err| <= y (L(n) + 1) u_c R (sum, products) + 3 u_c |dx| (dy - s, the product, the
+//   f32 -> storage rounding counted in u_o): abs = p_max (L(n) + 1) u_c R, rel += 3 u_c.
+// LogSoftmaxGrad: dx = dy - exp(y) S, S = sum(dy), R = min(n, lambda sd_dy sqrt(n)).
+//   |err| <= exp(y) (L(n) + 3) u_c R (sum; exp, product) + u_c |dx| (the subtraction):
+//   abs = p_max (L(n) + 3) u_c R, rel += 2 u_c.
+// Softmax:        y = exp(x - m) / D. x - m is off by u_c |x - m| <= 8 u_c and exp by an ulp, so
+//   every term by 10 u_c relative; D adds L(n) u_c; 1/D and the product 2 u_c:
+//   rel += (L(n) + 22) u_c.
+// LogSoftmax:     y = (x - m) - log D. Absolute: 8 u_c (x - m), (L(n) + 10) u_c (D's relative
+//   error through log), u_c log n (rounding log D <= log n): abs = (L(n) + 19 + log n) u_c;
+//   rel += 2 u_c (the subtraction, an ulp of slack).
+// Each abs gets a factor 2 for what the model leaves out (second-order terms, exp(y) of a rounded
+// log-probability exceeding p_max by up to |y| u_o).
 Tolerance softmax(const Problem& p, int output) {
   const DType t = output_dtype(p, output);
   const double uo = unit_roundoff(t), uc = compute_roundoff(t);
-  const double n = static_cast<double>(std::max<int64_t>(numel(p.shape), 1));
-  return {underflow_floor(t) + 16 * uc * std::sqrt(n), 2 * uo + 16 * uc};
+  // n: the dims from the axis on (opset 1-12), or the one dim at the axis (the _13 names).
+  const int64_t rank = static_cast<int64_t>(p.shape.size());
+  const int64_t axis = static_cast<int64_t>(full_attrs(p).at("axis"));
+  const int64_t a = std::max<int64_t>(axis < 0 ? axis + rank : axis, 0);
+  const bool single = p.op == OpId::SoftmaxGrad_13 || p.op == OpId::LogSoftmaxGrad_13 ||
+                      p.op == OpId::Softmax_13 || p.op == OpId::LogSoftmax_13;
+  double n = 1;
+  for (int64_t d = a; d < (single ? std::min(a + 1, rank) : rank); ++d) n *= static_cast<double>(p.shape[d]);
+  n = std::max(n, 1.0);
+
+  constexpr double kLambda = 6, kMu = 6.822, kSd = 11.83, kSdDy = 0.57735026918962576;
+  const double e4 = std::exp(4.0);
+  const double L = std::min(n, kLambda * std::sqrt(n));
+  double p_max = e4 / (e4 + (n - 1) * std::exp(-4.0));
+  if (const double low = n * kMu - kLambda * std::sqrt(n) * kSd; low > e4) p_max = std::min(p_max, e4 / low);
+
+  const double floor = underflow_floor(t);
+  switch (p.op) {
+    case OpId::SoftmaxGrad: case OpId::SoftmaxGrad_13: {
+      const double r = std::min(1.0, kLambda * kSdDy * std::sqrt(p_max));
+      return {floor + 2 * p_max * (L + 1) * uc * r, 2 * uo + 3 * uc};
+    }
+    case OpId::LogSoftmaxGrad: case OpId::LogSoftmaxGrad_13: {
+      const double r = std::min(n, kLambda * kSdDy * std::sqrt(n));
+      return {floor + 2 * p_max * (L + 3) * uc * r, 2 * uo + 2 * uc};
+    }
+    case OpId::Softmax: case OpId::Softmax_13:
+      return {floor, 2 * uo + (L + 22) * uc};
+    default:  // LogSoftmax, LogSoftmax_13
+      return {floor + 2 * (L + 19 + std::log(n)) * uc, 2 * uo + 2 * uc};
+  }
 }
 
 Tolerance layer_norm(const Problem& p, int output) {

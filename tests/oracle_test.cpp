@@ -38,6 +38,8 @@ struct Pair {
   double kink_margin = 0;          // keep |x| at least this far from 0 (Relu, LeakyRelu)
 };
 
+void PrintTo(const Pair& p, std::ostream* os) { *os << p.label; }
+
 // Test names allow only letters, digits and '_': "M" stands for minus.
 std::string number_label(int64_t a) { return a < 0 ? "M" + std::to_string(-a) : std::to_string(a); }
 std::string axis_label(int64_t a) { return "axis" + number_label(a); }

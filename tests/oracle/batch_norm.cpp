@@ -1,10 +1,220 @@
-// Oracle for the batch_norm family (placeholder until the family lands).
+// Oracle for the batch_norm family: per-channel statistics and gradients in float64 (long double
+// sums), straight from SEMANTICS.md §11.7 and §17, in either layout (attribute channels_last).
+//
+// Test data (the tolerances in tests/support/tolerance.cpp rely on these ranges):
+//   X:     per channel an offset o in [-4, 4] and a spread s in [0.5, 2]; each value is
+//          o ± s·U(0.5, 1), with the signs split as evenly as possible (floor(Mc/2) negative) and
+//          shuffled. The two clusters lie at least s apart, so for Mc >= 2 the batch variance is at
+//          least (2/9)·s²·(1 - rounding) and inv_std <= 4.6, |xhat| <= 4.7, |X| <= 6.1.
+//   dY:    per channel an offset in [-1, 1] plus U(-1, 1): |dY| <= 2, and sum dY does not cancel
+//          (the offset shrinks as 16384/Mc past Mc = 16384, keeping sums within f16's range).
+//   scale: ±U(0.5, 1.5); B, input_mean: U(-1, 1); input_var: U(0.5, 2).
+//   BatchNormalizationGrad's mean and "variance" (the inverse std) are what BatchNormInternal would
+//   save for the rounded X: biased variance, epsilon from the attribute (1e-5 if it is 0 or less,
+//   ORT's BatchNormalization default, so that Mc = 1 stays finite), rounded to T2.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "oracle/oracle.hpp"
 
 namespace gradops::oracle {
-bool make_batch_norm_inputs(std::string_view, std::span<const int64_t>, const Attrs&, std::span<const DType>, Rng&,
-                      Tensors&) {
-  return false;
+namespace {
+
+// X viewed per channel: value e of the flat tensor belongs to channel ch(e) as its m(e)-th value.
+struct Layout {
+  int64_t n = 1, c = 1, s = 1;  // NCHW [n, c, s] or NHWC [n, s, c]
+  bool last = false;
+  int64_t count() const { return n * s; }
+  int64_t channel(int64_t e) const { return last ? e % c : (e / s) % c; }
+};
+
+Layout layout_of(const std::vector<int64_t>& shape, const Attrs& attrs) {
+  Layout l;
+  auto it = attrs.find("channels_last");
+  l.last = it != attrs.end() && it->second != 0;
+  const int r = static_cast<int>(shape.size());
+  if (r == 0) return l;  // a scalar: one value of one channel
+  l.n = shape[0];
+  if (r == 1) return l;
+  l.c = l.last ? shape[r - 1] : shape[1];
+  l.s = 1;
+  for (int i = 1; i < r; ++i)
+    if (i != (l.last ? r - 1 : 1)) l.s *= shape[i];
+  return l;
 }
-bool batch_norm_reference(std::string_view, const Tensors&, const Attrs&, Tensors&) { return false; }
+
+double attr_or(const Attrs& a, const char* name, double fallback) {
+  auto it = a.find(name);
+  return it == a.end() ? fallback : it->second;
+}
+
+// Saved epsilon for the grad's statistics (its own attribute is unused by the op).
+double stats_epsilon(const Attrs& a) {
+  const double e = attr_or(a, "epsilon", 1e-5);
+  return e > 0 ? e : 1e-5;
+}
+
+struct Stats {
+  std::vector<double> mean, var;  // biased
+};
+
+// Two-pass mean and biased variance per channel in long double.
+Stats channel_stats(const Tensor& x, const Layout& l) {
+  std::vector<long double> sum(l.c, 0.0L), sq(l.c, 0.0L);
+  for (int64_t e = 0; e < x.numel(); ++e) sum[l.channel(e)] += x.v[e];
+  Stats st;
+  st.mean.assign(l.c, 0.0);
+  st.var.assign(l.c, 0.0);
+  const int64_t mc = l.count();
+  if (mc == 0) return st;
+  for (int64_t ch = 0; ch < l.c; ++ch) st.mean[ch] = static_cast<double>(sum[ch] / mc);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const long double d = static_cast<long double>(x.v[e]) - st.mean[l.channel(e)];
+    sq[l.channel(e)] += d * d;
+  }
+  for (int64_t ch = 0; ch < l.c; ++ch) st.var[ch] = static_cast<double>(sq[ch] / mc);
+  return st;
+}
+
+Tensor make_x(const std::vector<int64_t>& shape, const Layout& l, DType t, Rng& rng) {
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  Tensor x(shape);
+  const int64_t mc = l.count();
+  std::vector<double> offset(l.c), spread(l.c);
+  std::vector<std::vector<signed char>> signs(l.c);
+  std::vector<int64_t> next(l.c, 0);
+  for (int64_t ch = 0; ch < l.c; ++ch) {
+    offset[ch] = -4 + 8 * u01(rng);
+    spread[ch] = 0.5 + 1.5 * u01(rng);
+    signs[ch].assign(mc, 1);
+    std::fill(signs[ch].begin(), signs[ch].begin() + mc / 2, -1);
+    std::shuffle(signs[ch].begin(), signs[ch].end(), rng);
+  }
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t ch = l.channel(e);
+    x.v[e] = round_to(t, offset[ch] + signs[ch][next[ch]++] * spread[ch] * (0.5 + 0.5 * u01(rng)));
+  }
+  return x;
+}
+
+Tensor channel_vector(int64_t c, DType t, double lo, double hi, Rng& rng, bool random_sign = false) {
+  Tensor v({c});
+  fill_uniform(v, DType::f64, lo, hi, rng);
+  std::bernoulli_distribution coin(0.5);
+  for (double& e : v.v) e = round_to(t, random_sign && coin(rng) ? -e : e);
+  return v;
+}
+
+}  // namespace
+
+bool make_batch_norm_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs& attrs,
+                            std::span<const DType> dt, Rng& rng, Tensors& out) {
+  const bool grad = op == "BatchNormalizationGrad";
+  if (!grad && op != "BatchNormInternal") return false;
+  const std::vector<int64_t> s(shape.begin(), shape.end());
+  const Layout l = layout_of(s, attrs);
+  if (grad) {
+    // dY, X, scale, mean, variance (= saved inverse std)
+    Tensor dy(s);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    // The offset shrinks beyond 16,384 values per channel so that Σ dY stays within f16's range.
+    const double shrink = std::min(1.0, 16384.0 / static_cast<double>(std::max<int64_t>(l.count(), 1)));
+    std::vector<double> dy_offset(l.c);
+    for (double& o : dy_offset) o = shrink * u(rng);
+    for (int64_t e = 0; e < dy.numel(); ++e) dy.v[e] = round_to(dt[0], dy_offset[l.channel(e)] + u(rng));
+    Tensor x = make_x(s, l, dt[1], rng);
+    Tensor scale = channel_vector(l.c, dt[2], 0.5, 1.5, rng, true);
+    const Stats st = channel_stats(x, l);
+    const double eps = stats_epsilon(attrs);
+    Tensor mean({l.c}), inv_std({l.c});
+    for (int64_t ch = 0; ch < l.c; ++ch) {
+      mean.v[ch] = round_to(dt[3], st.mean[ch]);
+      inv_std.v[ch] = round_to(dt[4], 1.0 / std::sqrt(st.var[ch] + eps));
+    }
+    out.push_back(std::move(dy));
+    out.push_back(std::move(x));
+    out.push_back(std::move(scale));
+    out.push_back(std::move(mean));
+    out.push_back(std::move(inv_std));
+    return true;
+  }
+  // X, scale, B, input_mean, input_var
+  out.push_back(make_x(s, l, dt[0], rng));
+  out.push_back(channel_vector(l.c, dt[1], 0.5, 1.5, rng, true));
+  out.push_back(channel_vector(l.c, dt[2], -1, 1, rng));
+  out.push_back(channel_vector(l.c, dt[3], -1, 1, rng));
+  out.push_back(channel_vector(l.c, dt[4], 0.5, 2, rng));
+  return true;
+}
+
+bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out) {
+  const bool grad = op == "BatchNormalizationGrad";
+  if (!grad && op != "BatchNormInternal") return false;
+  const Tensor& x = *in[grad ? 1 : 0];
+  const Layout l = layout_of(x.shape, attrs);
+  const int64_t mc = l.count();
+
+  if (grad) {
+    // xhat = (x - mean)·inv_std with the given statistics; S1 = Σ dY, S2 = Σ dY·xhat per channel;
+    // X_grad = scale·inv_std·(dY - S1/Mc - xhat·S2/Mc), scale_grad = S2, bias_grad = S1.
+    const Tensor &dy = *in[0], &scale = *in[2], &mean = *in[3], &inv_std = *in[4];
+    std::vector<long double> s1(l.c, 0.0L), s2(l.c, 0.0L);
+    auto xhat = [&](int64_t e) {
+      const int64_t ch = l.channel(e);
+      return (static_cast<long double>(x.v[e]) - mean.v[ch]) * inv_std.v[ch];
+    };
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      s1[l.channel(e)] += dy.v[e];
+      s2[l.channel(e)] += dy.v[e] * xhat(e);
+    }
+    Tensor dx(x.shape), dscale({l.c}), dbias({l.c});
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      const int64_t ch = l.channel(e);
+      const long double k = static_cast<long double>(scale.v[ch]) * inv_std.v[ch];
+      dx.v[e] = static_cast<double>(k * (dy.v[e] - s1[ch] / mc - xhat(e) * s2[ch] / mc));
+    }
+    for (int64_t ch = 0; ch < l.c; ++ch) {
+      dscale.v[ch] = static_cast<double>(s2[ch]);
+      dbias.v[ch] = static_cast<double>(s1[ch]);
+    }
+    out.push_back(std::move(dx));
+    out.push_back(std::move(dscale));
+    out.push_back(std::move(dbias));
+    return true;
+  }
+
+  // Training step. Mc = 0: running statistics pass through, saved ones are mean 0 and
+  // 1/sqrt(epsilon). Mc = 1: the unbiased variance is undefined, running_var is NaN.
+  const Tensor &scale = *in[1], &b = *in[2], &old_mean = *in[3], &old_var = *in[4];
+  const double eps = attr_or(attrs, "epsilon", 1e-5), m = attr_or(attrs, "momentum", 0.9);
+  const Stats st = channel_stats(x, l);
+  Tensor y(x.shape), rmean({l.c}), rvar({l.c}), smean({l.c}), sistd({l.c});
+  for (int64_t ch = 0; ch < l.c; ++ch) {
+    const long double istd = 1.0L / std::sqrt(static_cast<long double>(st.var[ch]) + eps);
+    smean.v[ch] = st.mean[ch];
+    sistd.v[ch] = static_cast<double>(istd);
+    if (mc == 0) {
+      rmean.v[ch] = old_mean.v[ch];
+      rvar.v[ch] = old_var.v[ch];
+      continue;
+    }
+    const long double unbiased = mc > 1 ? static_cast<long double>(st.var[ch]) * mc / (mc - 1)
+                                        : std::numeric_limits<long double>::quiet_NaN();
+    rmean.v[ch] = static_cast<double>(m * static_cast<long double>(old_mean.v[ch]) + (1.0L - m) * st.mean[ch]);
+    rvar.v[ch] = static_cast<double>(m * static_cast<long double>(old_var.v[ch]) + (1.0L - m) * unbiased);
+  }
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t ch = l.channel(e);
+    y.v[e] = static_cast<double>((static_cast<long double>(x.v[e]) - st.mean[ch]) * sistd.v[ch] * scale.v[ch] +
+                                 b.v[ch]);
+  }
+  out.push_back(std::move(y));
+  out.push_back(std::move(rmean));
+  out.push_back(std::move(rvar));
+  out.push_back(std::move(smean));
+  out.push_back(std::move(sistd));
+  return true;
+}
+
 }  // namespace gradops::oracle

@@ -136,11 +136,69 @@ Tolerance layer_norm(const Problem& p, int output) {
   return {underflow_floor(t) + 16 * uc * std::sqrt(n), 2 * uo + 16 * uc};
 }
 
+// BatchNorm (both ops): worst-case bounds (Wilkinson style, not probabilistic), so a pass never
+// depends on luck. Every implementation forms a channel sum over its Mc values so that no term sits
+// behind more than k = min(Mc, 256) + 4·ceil(log2(Mc + 1)) + 8 roundings (sequential runs of at
+// most 256 terms, combined by balanced trees; the CPU kernel's runs are <= 191 terms); a sum of
+// terms t_i is then off by at most k·u_c·Σ|t_i|. The magnitudes are those of the oracle's test data
+// (tests/oracle/batch_norm.cpp): |dY| <= 2, |X| <= 6.1, |scale| <= 1.5, |B| <= 1, biased
+// variance <= 4.1, input_var <= 2, and for Mc >= 2 inv_std <= 4.6, |xhat| <= min(4.7,
+// sqrt(Mc - 1) + 0.02) (Samuelson's bound plus the rounding of the saved mean); for Mc = 1,
+// inv_std <= 1/sqrt(epsilon) and xhat is 0 up to the rounding of mean to T2 (< 2e-4).
+//   bias_grad  = S1 = Σ dY:            abs k·u_c·2·Mc
+//   scale_grad = S2 = istd·Σ dY(x - mean): two more roundings per term, and Σ|dY·xhat| <= 2.1·Mc
+//                (Cauchy-Schwarz: the rms of xhat is 1 up to the rounding of the statistics):
+//                                      abs (k + 3)·u_c·2.1·Mc
+//   X_grad = a·dY + b + c·(x - mean) with a = scale·istd, b = -a·S1/Mc, c = -a·istd·S2/Mc: the
+//            errors of S1/Mc and S2/Mc scaled by |a| and |a·xhat|, a few roundings of each
+//            coefficient, and 4 roundings of terms as large as |a|(|dY| + |S1|/Mc + |xhat S2|/Mc).
+//            The cancellation in dY - S1/Mc - xhat·S2/Mc is why this is absolute, not relative.
+//   Forward: the mean is off by (k + 2)·u_c·6.1 (0 for Mc = 1); the sum of squared deviations is a
+//            sum of positive terms, so the variance is off by (k + 8)·u_c relatively, inv_std by
+//            half that plus 3 roundings; running = m·old + (1 - m)·batch adds 3 roundings of each
+//            term; Y = (x - mean)·(istd·scale) + B sees the mean's error times |scale|·istd and
+//            inv_std's relative error times |scale·xhat|.
+// Every output also gets rel = 2·u_out for its own rounding. f16/bf16 storage enters only there:
+// inputs are exact in the compute type and the reference uses the statistics as stored.
 Tolerance batch_norm(const Problem& p, int output) {
+  const oracle::Attrs at = full_attrs(p);
   const DType t = output_dtype(p, output);
-  const double uo = unit_roundoff(t), uc = compute_roundoff(t);
-  const double n = static_cast<double>(std::max<int64_t>(numel(p.shape), 1));
-  return {underflow_floor(t) + 16 * uc * std::sqrt(n), 2 * uo + 16 * uc};
+  const double uo = unit_roundoff(t), uc = compute_roundoff(p.sig.types[0]), floor = underflow_floor(t);
+  const int rank = static_cast<int>(p.shape.size());
+  const bool last = at.count("channels_last") && at.at("channels_last") != 0;
+  const int64_t channels = rank < 2 ? 1 : last ? p.shape[rank - 1] : p.shape[1];
+  const double mc = channels ? static_cast<double>(numel(p.shape) / channels) : 0;
+  const double k = std::min(mc, 256.0) + 4 * std::ceil(std::log2(mc + 1)) + 8;
+  const double dy_max = 2, x_max = 6.1, scale_max = 1.5, b_max = 1, var_max = 4.1, old_var_max = 2;
+  const double eps = at.count("epsilon") ? at.at("epsilon") : 0;
+  const bool grad = p.op == OpId::BatchNormalizationGrad;
+  const double stats_eps = grad ? (eps > 0 ? eps : 1e-5) : std::max(eps, 1e-30);
+  const double istd_max = mc >= 2 ? 4.6 : 1 / std::sqrt(stats_eps);
+  const double xhat_max = mc >= 2 ? std::min(4.7, std::sqrt(mc - 1) + 0.02) : 2e-4;
+  const std::string_view name = op_schema(p.op).outputs[output].name;
+  if (grad) {
+    const double n = std::max(mc, 1.0);
+    const double e1 = k * uc * dy_max * n, e2 = (k + 3) * uc * 2.1 * n;  // |ΔS1|, |ΔS2|
+    if (name == "bias_grad") return {floor + e1, 2 * uo};
+    if (name == "scale_grad") return {floor + e2, 2 * uo};
+    const double a = scale_max * istd_max, m1 = dy_max, m2 = 2.1;  // |S1|/Mc, |S2|/Mc
+    const double e = a * (e1 / n + 3 * uc * m1) + a * xhat_max * (e2 / n + 5 * uc * m2) +
+                     4 * uc * a * (dy_max + m1 + xhat_max * m2);
+    return {floor + e, 2 * uo};
+  }
+  const double m = at.count("momentum") ? at.at("momentum") : 0.9, keep = std::fabs(1 - m);
+  const double dmean = mc > 1 ? (k + 2) * uc * x_max : 0, ev = (k + 8) * uc;
+  if (name == "saved_mean") return {floor + dmean, 2 * uo};
+  if (name == "saved_inv_std") return {floor, 2 * uo + ev / 2 + 3 * uc};
+  if (name == "running_mean") return {floor + keep * dmean + 3 * uc * (std::fabs(m) + keep * x_max), 2 * uo};
+  if (name == "running_var") {
+    const double unbiased_max = 2 * var_max;
+    return {floor + keep * unbiased_max * (ev + 2 * uc) + 3 * uc * (std::fabs(m) * old_var_max + keep * unbiased_max),
+            2 * uo};
+  }
+  const double e = scale_max * istd_max * dmean + scale_max * xhat_max * (ev / 2 + 4 * uc) +
+                   4 * uc * (scale_max * xhat_max + b_max);
+  return {floor + e, 2 * uo};  // Y
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+// BatchNorm family: BatchNormalizationGrad and its forward, BatchNormInternal in training mode.
+// Statistics are per channel over N·spatial values, in either layout.
+#pragma once
+
+#include "gradops/context.hpp"
+#include "gradops/schema.hpp"
+#include "gradops/status.hpp"
+
+namespace gradops::detail {
+
+struct BatchNormDesc {
+  OpId op;                // BatchNormalizationGrad or BatchNormInternal
+  DType t, t1, t2;        // X, Y, dY, X_grad | scale, B, scale_grad, bias_grad | statistics
+  // X is [n, c, spatial] (NCHW, ORT's layout) or [n, spatial, c] (channels_last), row-major;
+  // each channel reduces over n·spatial values.
+  int64_t n, c, spatial;
+  bool channels_last;
+
+  const void* x;          // both ops
+  const void* scale;      // both ops, c values
+
+  // BatchNormalizationGrad
+  const void* dy;
+  const void* mean;       // saved batch mean, c values
+  const void* inv_std;    // saved 1/sqrt(var + epsilon), c values (ORT's input "variance")
+  void* dx;
+  void* dscale;           // optional: nullptr when not wanted
+  void* dbias;            // optional
+
+  // BatchNormInternal
+  const void* bias;       // B, c values
+  const void* input_mean; // running statistics before the step, c values
+  const void* input_var;
+  void* y;
+  void* running_mean;     // optional; may be the very same buffer as input_mean
+  void* running_var;      // optional; may be the very same buffer as input_var
+  void* saved_mean;       // optional
+  void* saved_inv_std;    // optional
+  float epsilon;
+  float momentum;         // weight of the old running value
+};
+
+Status cpu_batch_norm(const BatchNormDesc& d, const Context& ctx);
+
+}  // namespace gradops::detail

@@ -3,12 +3,8 @@
 // change one thing, run it, and check that no byte outside what the call may write has changed.
 #pragma once
 
-#include <gtest/gtest.h>
-
-#include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <functional>
 #include <optional>
 #include <string>
 #include <utility>

@@ -129,11 +129,80 @@ Tolerance softmax(const Problem& p, int output) {
   }
 }
 
+// LayerNorm family. The data bounds come from the oracle (tests/oracle/layer_norm.cpp): |dY| <= 1
+// with sd 1/sqrt(3), 0.5 <= |scale| <= 1.5, |bias| <= 1, and each row of X is o + s z with |o| <= 4,
+// 0.5 <= s <= 2 and z of mean 0 and rms 1 (|z| < 3). Hence, for cols n >= 2:
+//   G = 1.5 >= |g| = |dy scale|; sd = G / sqrt(3) bounds the sd of g and of g xhat (rms xhat ~ 1);
+//   Xh = 3 >= |xhat|; R = 2.5 >= r (1/std after rounding X); mean |x| <= 6 = Ax.
+// For n = 1, r may reach 1/sqrt(epsilon) while xhat ~ 0 (LN) or |xhat| < 1 (RMSNorm).
+// Compute roundoff u: 2^-53 when any of T, U, V is f64, else 2^-24 (that is what the kernels use).
+// Sums, with lambda = 6 (Higham and Mary's probabilistic bounds, as for softmax), in any order:
+//   mean-zero terms of sd sd and |term| <= M (the row sums S1, S2; the column sums dscale, dbias):
+//     |err| <= u min(n^2 M, lambda sd n)  (n roundings of partial sums below n M, or a random walk)
+//   positive terms summing to S (sum (x - mu)^2, sum x^2; sum |x| for sum x): |err| <= L(n) u S,
+//     L(n) = min(n, lambda sqrt(n)).
+// Gradients: dx = r (g - m1 - xhat m2), m1 = S1/n, m2 = S2/n, |m1| <= min(G, lambda sd / sqrt(n)),
+//   |m2| <= min(G Xh, lambda sd / sqrt(n)).
+//   e1 = err(S1)/n + u |m1|;  e2 = (err(S2) + E4)/n + u |m2|, E4 = u min(4 n G Xh, 4 lambda sd sqrt(n))
+//   the terms' own errors (g, xhat (2), g xhat: 4 roundings each, independent from term to term)
+//   |err dx| <= r [u (3 G + 2 |m1| + 4 Xh |m2|) (g, xhat m2, two subtractions) + e1 + Xh e2] + u |dx|.
+//   dbias = sum over rows of dy (exact terms): err(m, 1/sqrt(3), 1).
+//   dscale = sum over rows of dy xhat: err(m, 1/sqrt(3) * 1.1, Xh) + 3 u Xh min(m, lambda sqrt(m)).
+// Forwards: e_mu = L(n) u Ax + u 4 (mean); var or mean square relative error (L(n) + 3) u, so r's
+//   relative error is e_r = (L(n) + 3) u / 2 + 3 u (eps, sqrt, divide).
+//   LN:  |err Y| <= 1.5 (r e_mu + Xh (e_r + 2 u)) + 2 u (|Y| <= 1.5 Xh + 1).
+//   RMS: relative e_r + 3 u.
+// Every abs gets a factor 2 for what the model leaves out (second-order terms); every output
+// adds its own rounding, 2 u_o relative (one ulp), and the underflow floor.
 Tolerance layer_norm(const Problem& p, int output) {
+  const OpSchema& op = op_schema(p.op);
   const DType t = output_dtype(p, output);
-  const double uo = unit_roundoff(t), uc = compute_roundoff(t);
-  const double n = static_cast<double>(std::max<int64_t>(numel(p.shape), 1));
-  return {underflow_floor(t) + 16 * uc * std::sqrt(n), 2 * uo + 16 * uc};
+  const double uo = unit_roundoff(t);
+  bool f64 = false;
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) f64 = f64 || p.sig.types[v] == DType::f64;
+  const double u = f64 ? 0x1p-53 : 0x1p-24;
+  const oracle::Attrs attrs = full_attrs(p);
+  const int64_t rank = static_cast<int64_t>(p.shape.size());
+  int64_t axis = static_cast<int64_t>(attrs.at("axis"));
+  if (axis < 0) axis += rank;
+  double m = 1, n = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? m : n) *= static_cast<double>(p.shape[d]);
+  const double eps = attrs.count("epsilon") ? attrs.at("epsilon") : static_cast<double>(1e-5f);
+
+  constexpr double kLambda = 6, G = 1.5, Ax = 6, kSdDy = 0.57735026918962576;
+  const double sd = G * kSdDy;
+  const double Xh = n >= 2 ? 3.0 : 1.0;
+  const double R = n >= 2 ? 2.5 : 1 / std::sqrt(eps);
+  auto L = [&](double k) { return std::min(k, kLambda * std::sqrt(k)); };
+  auto zero_mean_err = [&](double k, double s, double M) { return u * std::min(k * k * M, kLambda * s * k); };
+  const double floor = underflow_floor(t);
+  const std::string_view name = op.outputs[output].name;
+
+  if (op.gradient) {
+    const double nn = std::max(n, 1.0);
+    const bool rms = p.op == OpId::SimplifiedLayerNormalizationGrad;
+    if (name == "X_grad") {
+      const double m1 = rms ? 0 : std::min(G, kLambda * sd / std::sqrt(nn));
+      const double m2 = std::min(G * Xh, kLambda * sd / std::sqrt(nn));
+      const double e1 = rms ? 0 : zero_mean_err(nn, sd, G) / nn + u * m1;
+      const double terms = u * std::min(nn * 4 * G * Xh, kLambda * 4 * sd * std::sqrt(nn));
+      const double e2 = (zero_mean_err(nn, sd, G * Xh) + terms) / nn + u * m2;
+      const double abs = R * (u * (3 * G + 2 * m1 + 4 * Xh * m2) + e1 + Xh * e2);
+      return {floor + 2 * abs, 2 * uo + u};
+    }
+    if (name == "bias_grad") return {floor + 2 * zero_mean_err(m, kSdDy, 1), 2 * uo};
+    // scale_grad
+    return {floor + 2 * (zero_mean_err(m, kSdDy * 1.1, Xh) + 3 * u * Xh * L(m)), 2 * uo};
+  }
+
+  const double e_mu = L(n) * u * Ax + 4 * u;
+  const double e_r = (L(n) + 3) * u / 2 + 3 * u;
+  if (name == "Y") {
+    if (p.op == OpId::SimplifiedLayerNormalization) return {floor, 2 * uo + 2 * (e_r + 3 * u)};
+    return {floor + 2 * (1.5 * (R * e_mu + Xh * (e_r + 2 * u)) + 2 * u * (1.5 * Xh + 1)), 2 * uo};
+  }
+  if (name == "Mean") return {floor + 2 * e_mu, 2 * uo};
+  return {floor, 2 * uo + 2 * e_r};  // InvStdDev, inv_std_var
 }
 
 // BatchNorm (both ops): worst-case bounds (Wilkinson style, not probabilistic), so a pass never

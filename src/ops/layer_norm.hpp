@@ -1,0 +1,48 @@
+// LayerNorm family: LayerNormalizationGrad, InvertibleLayerNormalizationGrad,
+// SimplifiedLayerNormalizationGrad (RMSNorm) and the forwards LayerNormalization and
+// SimplifiedLayerNormalization.
+//
+// Every op of the family sees its main tensor as `rows` contiguous rows of `cols` elements (rows =
+// the product of the dims before axis, cols = the product of the dims from axis on). Statistics hold
+// one value per row; scale, bias and their gradients hold one value per column.
+#pragma once
+
+#include <cstdint>
+
+#include "gradops/context.hpp"
+#include "gradops/schema.hpp"
+#include "gradops/status.hpp"
+
+namespace gradops::detail {
+
+struct LayerNormDesc {
+  OpId op;
+  // The matched signature: t for X and X_grad, u for the statistics, v for Y_grad, Y, scale, bias
+  // and the parameter gradients (ORT's type variables).
+  DType t, u, v;
+  int64_t rows;
+  int64_t cols;
+
+  // Inputs. nullptr where the op has no such input.
+  const void* dy;       // Y_grad (v), rows x cols; gradients
+  const void* x;        // X (t), rows x cols; every op but InvertibleLayerNormalizationGrad
+  const void* y;        // Y (v), rows x cols; InvertibleLayerNormalizationGrad (the forward output)
+  const void* scale;    // (v) cols
+  const void* bias;     // (v) cols; InvertibleLayerNormalizationGrad, LayerNormalization's optional B
+  const void* mean;     // (u) rows; LayerNormalizationGrad
+  const void* inv_std;  // (u) rows; every gradient: inv_std_dev, or inv_std_var (1/RMS for RMSNorm)
+
+  // Outputs. Optional ones are nullptr when not wanted.
+  void* dx;           // X_grad (t), rows x cols; gradients
+  void* dscale;       // scale_grad (v), cols; optional
+  void* dbias;        // bias_grad (v), cols; optional; not for SimplifiedLayerNormalizationGrad
+  void* out_y;        // Y (v), rows x cols; forwards
+  void* out_mean;     // Mean (u), rows; LayerNormalization, optional
+  void* out_inv_std;  // InvStdDev or inv_std_var (u), rows; forwards, optional
+
+  float epsilon;  // forwards: added to the variance (or to the mean square for RMSNorm)
+};
+
+Status cpu_layer_norm(const LayerNormDesc& d, const Context& ctx);
+
+}  // namespace gradops::detail

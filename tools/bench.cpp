@@ -347,10 +347,12 @@ std::string attrs_label(const oracle::Attrs& attrs) {
   return s;
 }
 
+// Rewritten after every case, so that an interrupted run still leaves its results ("complete": false).
 bool write_json(const std::string& path, const Machine& m, int threads, Device device, uint64_t seed, bool quick,
-                bool full, const Copy& copy, const std::vector<Result>& results) {
+                bool full, const Copy& copy, const std::vector<Result>& results, bool complete) {
   std::string j = "{\n";
   j += "  \"schema\": \"gradops-bench/1\",\n";
+  j += std::string("  \"complete\": ") + (complete ? "true" : "false") + ",\n";
   j += "  \"date\": " + json_string(utc_now()) + ",\n";
   j += "  \"gradops\": {\"version\": " + json_string(GRADOPS_VERSION) + ", \"build_type\": " +
        json_string(GRADOPS_BUILD_TYPE) + ", \"compiler\": " + json_string(__VERSION__) +
@@ -486,6 +488,8 @@ int bench_main(std::span<char* const> args) {
   std::fflush(stdout);
 
   const bool tty = isatty(fileno(stderr));
+  const std::string* json_path = o.last("--json");
+  bool json_ok = true;
   std::vector<Result> results;
   int not_passed = 0;
   for (std::size_t i = 0; i < plan.size(); ++i) {
@@ -552,16 +556,18 @@ int bench_main(std::span<char* const> args) {
     if (r.outcome != Outcome::pass) std::printf("  %s\n", r.detail.c_str());
     std::fflush(stdout);
     results.push_back(std::move(r));
+    if (json_path) json_ok = write_json(*json_path, machine, used_threads, device, seed, quick, full, copy, results,
+                                        i + 1 == plan.size());
   }
 
   std::printf("\n%zu cases: %zu passed and timed, %d did not pass (seed %llu)\n", results.size(),
               results.size() - not_passed, not_passed, static_cast<unsigned long long>(seed));
-  if (const std::string* path = o.last("--json")) {
-    if (!write_json(*path, machine, used_threads, device, seed, quick, full, copy, results)) {
-      std::fprintf(stderr, "gradops bench: could not write %s\n", path->c_str());
+  if (json_path) {
+    if (!json_ok) {
+      std::fprintf(stderr, "gradops bench: could not write %s\n", json_path->c_str());
       return kExitFailures;
     }
-    std::printf("wrote %s\n", path->c_str());
+    std::printf("wrote %s\n", json_path->c_str());
   }
   return not_passed ? kExitFailures : kExitOk;
 }

@@ -2,5 +2,5 @@
 #include "gradops/context.hpp"
 
 namespace gradops::detail {
-bool default_device_allocator(Device, WorkspaceAllocator*) { return false; }
+bool default_device_allocator(Device, void*, WorkspaceAllocator*) { return false; }
 }  // namespace gradops::detail

@@ -13,15 +13,16 @@ void host_deallocate(void*, Device, void* p, std::size_t) { ::operator delete(p,
 
 }  // namespace
 
-// Defined by the CUDA backend when it is built; returns false otherwise.
-bool default_device_allocator(Device device, WorkspaceAllocator* out);
+// Defined by the CUDA backend when it is built (stream-ordered allocations on `cuda_stream`);
+// returns false otherwise.
+bool default_device_allocator(Device device, void* cuda_stream, WorkspaceAllocator* out);
 
 Status Workspace::allocate(const Context& ctx, Device device, std::size_t bytes, std::string_view op) {
   if (ctx.allocator && ctx.allocator->allocate) {
     alloc_ = *ctx.allocator;
   } else if (device.type == DeviceType::cpu) {
     alloc_ = {host_allocate, host_deallocate, nullptr};
-  } else if (!default_device_allocator(device, &alloc_)) {
+  } else if (!default_device_allocator(device, ctx.cuda_stream, &alloc_)) {
     return Status(StatusCode::unimplemented, std::string(op) + ": no allocator for this device");
   }
   device_ = device;

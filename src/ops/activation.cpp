@@ -12,6 +12,10 @@ namespace {
 
 constexpr Impl<ActivationDesc> kImpls[] = {
     {"cpu:simd", DeviceType::cpu, nullptr, cpu_activation},
+#if GRADOPS_HAVE_CUDA
+    {"cuda:vec16", DeviceType::cuda, cuda_activation_vec16_declines, cuda_activation_vec16},
+    {"cuda:scalar", DeviceType::cuda, nullptr, cuda_activation_scalar},
+#endif
 };
 
 bool has_bias_input(OpId op) {

@@ -23,4 +23,10 @@ struct ActivationDesc {
 
 Status cpu_activation(const ActivationDesc& d, const Context& ctx);
 
+// CUDA (src/cuda/activation.cu, built with the backend): 16-byte packs when every pointer sits at
+// the same offset from a 16-byte boundary, one element per access otherwise.
+const char* cuda_activation_vec16_declines(const ActivationDesc& d);
+Status cuda_activation_vec16(const ActivationDesc& d, const Context& ctx);
+Status cuda_activation_scalar(const ActivationDesc& d, const Context& ctx);
+
 }  // namespace gradops::detail

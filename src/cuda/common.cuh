@@ -1,0 +1,145 @@
+// Shared pieces of the CUDA backend: storage types and their compute types, 16-byte packs,
+// launches that report their own errors, and what the kernels need to know about the device.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "gradops/context.hpp"
+#include "gradops/status.hpp"
+#include "gradops/types.hpp"
+
+namespace gradops::cuda {
+
+// ---- errors ------------------------------------------------------------------------------------
+
+// ok, or device_error "<op>: CUDA error in <what>: <name> (<text>)". Clears the runtime's record
+// of a non-sticky error so that it cannot surface in the caller's next, unrelated check.
+Status status_of(cudaError_t e, std::string_view op, std::string_view what);
+
+// ---- the device --------------------------------------------------------------------------------
+
+struct DeviceInfo {
+  int ordinal = 0;
+  int sm_count = 0;
+  int max_threads_per_sm = 0;
+  int compute_major = 0;
+  bool cluster_launch = false;  // thread-block clusters (compute capability 9.0 and later)
+};
+
+// Properties of the current device, read once per device and cached.
+Status current_device(std::string_view op, DeviceInfo* out);
+
+// The context's stream (nullptr is the legacy default stream).
+inline cudaStream_t stream_of(const Context& ctx) { return static_cast<cudaStream_t>(ctx.cuda_stream); }
+
+// Resident blocks per multiprocessor of kKernel at `threads` threads (no dynamic shared memory),
+// cached per kernel, device and block size: the answer depends on nothing else.
+template <auto kKernel>
+Status blocks_per_sm(std::string_view op, const DeviceInfo& dev, int threads, int* out) {
+  constexpr int kDevices = 16, kSizes = 1024 / 32 + 1;
+  static std::atomic<int> cache[kDevices][kSizes];  // 0: not asked yet
+  const int slot = threads / 32;
+  const bool cacheable = dev.ordinal < kDevices && threads % 32 == 0 && slot < kSizes;
+  if (cacheable) {
+    if (const int v = cache[dev.ordinal][slot].load(std::memory_order_relaxed); v > 0) {
+      *out = v;
+      return {};
+    }
+  }
+  int n = 0;
+  if (Status s = status_of(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, 0), op,
+                           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+      !s)
+    return s;
+  n = n > 0 ? n : 1;
+  if (cacheable) cache[dev.ordinal][slot].store(n, std::memory_order_relaxed);
+  *out = n;
+  return {};
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) and returns the launch's own error (not a
+// stale one left by earlier calls, as cudaGetLastError would).
+template <class... Params, class... Args>
+Status launch(std::string_view op, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+              cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
+}
+
+// ---- storage and compute types ------------------------------------------------------------------
+
+// The device-side storage type of a DType, and its compute type: f32 for f16/bf16/f32, f64 for f64.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Calls f(T{}) with the device storage type named by dt.
+template <class F>
+decltype(auto) visit_storage(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f64: return f(double{});
+    case DType::f16: return f(__half{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    case DType::f32: break;
+  }
+  return f(float{});
+}
+
+__device__ __forceinline__ float to_compute(float v) { return v; }
+__device__ __forceinline__ double to_compute(double v) { return v; }
+__device__ __forceinline__ float to_compute(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_compute(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Rounds once, to nearest even (overflow to infinity, NaN stays NaN).
+template <class T> __device__ __forceinline__ T from_compute(compute_t<T> v);
+template <> __device__ __forceinline__ float from_compute<float>(float v) { return v; }
+template <> __device__ __forceinline__ double from_compute<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half from_compute<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// N elements moved as one access: 16 bytes when N * sizeof(T) == 16.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Elements of T in a 16-byte pack.
+template <class T>
+inline constexpr int kPackElems = static_cast<int>(16 / sizeof(T));
+
+// Pointer alignment helpers for choosing between the 16-byte and the scalar paths.
+inline unsigned misalignment16(const void* p) { return static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) % 16); }
+inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Compute-type math with one spelling for float and double.
+__device__ __forceinline__ float dexp(float v) { return expf(v); }
+__device__ __forceinline__ double dexp(double v) { return ::exp(v); }
+__device__ __forceinline__ float dlog(float v) { return logf(v); }
+__device__ __forceinline__ double dlog(double v) { return ::log(v); }
+__device__ __forceinline__ float dabs(float v) { return fabsf(v); }
+__device__ __forceinline__ double dabs(double v) { return ::fabs(v); }
+__device__ __forceinline__ float dmax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double dmax(double a, double b) { return ::fmax(a, b); }
+__device__ __forceinline__ float dfma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double dfma(double a, double b, double c) { return ::fma(a, b, c); }
+// Never contracted into an fma: combine steps that must give the same bits in either operand order.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+}  // namespace gradops::cuda

@@ -1,0 +1,83 @@
+// The CUDA backend's runtime glue: the default scratch allocator (stream-ordered, on the context's
+// stream), CUDA errors as statuses, and cached device properties.
+#include <mutex>
+#include <string>
+
+#include "core/workspace.hpp"
+#include "cuda/common.cuh"
+
+namespace gradops::cuda {
+
+Status status_of(cudaError_t e, std::string_view op, std::string_view what) {
+  if (e == cudaSuccess) return {};
+  (void)cudaGetLastError();
+  return Status(StatusCode::device_error, std::string(op) + ": CUDA error in " + std::string(what) + ": " +
+                                              cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+Status current_device(std::string_view op, DeviceInfo* out) {
+  int ordinal = 0;
+  if (Status s = status_of(cudaGetDevice(&ordinal), op, "cudaGetDevice"); !s) return s;
+  constexpr int kDevices = 64;
+  static std::mutex mu;
+  static DeviceInfo cache[kDevices];
+  static bool known[kDevices];
+  std::lock_guard<std::mutex> lock(mu);
+  if (ordinal < kDevices && known[ordinal]) {
+    *out = cache[ordinal];
+    return {};
+  }
+  DeviceInfo d;
+  d.ordinal = ordinal;
+  int cluster = 0;
+  const struct {
+    int* dst;
+    cudaDeviceAttr attr;
+    const char* name;
+  } attrs[] = {
+      {&d.sm_count, cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(MultiProcessorCount)"},
+      {&d.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor,
+       "cudaDeviceGetAttribute(MaxThreadsPerMultiProcessor)"},
+      {&d.compute_major, cudaDevAttrComputeCapabilityMajor, "cudaDeviceGetAttribute(ComputeCapabilityMajor)"},
+      {&cluster, cudaDevAttrClusterLaunch, "cudaDeviceGetAttribute(ClusterLaunch)"},
+  };
+  for (const auto& a : attrs)
+    if (Status s = status_of(cudaDeviceGetAttribute(a.dst, a.attr, ordinal), op, a.name); !s) return s;
+  d.cluster_launch = cluster != 0;
+  if (ordinal < kDevices) {
+    cache[ordinal] = d;
+    known[ordinal] = true;
+  }
+  *out = d;
+  return {};
+}
+
+namespace {
+
+// Stream-ordered scratch: freed on the same stream after the kernels that use it, so neither side
+// waits for the device. The allocation comes from the stream's device's default memory pool.
+void* allocate_on_stream(void* stream, Device, std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void free_on_stream(void* stream, Device, void* p, std::size_t) {
+  if (cudaFreeAsync(p, static_cast<cudaStream_t>(stream)) != cudaSuccess) (void)cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace gradops::cuda
+
+namespace gradops::detail {
+
+bool default_device_allocator(Device device, void* cuda_stream, WorkspaceAllocator* out) {
+  if (device.type != DeviceType::cuda) return false;
+  *out = {cuda::allocate_on_stream, cuda::free_on_stream, cuda_stream};
+  return true;
+}
+
+}  // namespace gradops::detail

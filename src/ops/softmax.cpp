@@ -10,6 +10,12 @@ namespace {
 
 constexpr Impl<SoftmaxDesc> kImpls[] = {
     {"cpu:scalar", DeviceType::cpu, nullptr, cpu_softmax},
+#if GRADOPS_HAVE_CUDA
+    {"cuda:warp_per_row", DeviceType::cuda, cuda_softmax_warp_declines, cuda_softmax_warp},
+    {"cuda:block_per_row", DeviceType::cuda, cuda_softmax_block_declines, cuda_softmax_block},
+    {"cuda:two_pass", DeviceType::cuda, cuda_softmax_two_pass_declines, cuda_softmax_two_pass},
+    {"cuda:strided", DeviceType::cuda, nullptr, cuda_softmax_strided},
+#endif
 };
 
 }  // namespace

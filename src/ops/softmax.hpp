@@ -64,4 +64,15 @@ struct SoftmaxDesc {
 
 Status cpu_softmax(const SoftmaxDesc& d, const Context& ctx);
 
+// CUDA (src/cuda/softmax.cu, built with the backend), by row length: a warp (or part of one) per
+// row, a block or a cluster of blocks per row holding it in registers, two passes over longer
+// rows; a non-last axis strided in place.
+const char* cuda_softmax_warp_declines(const SoftmaxDesc& d);
+const char* cuda_softmax_block_declines(const SoftmaxDesc& d);
+const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d);
+Status cuda_softmax_warp(const SoftmaxDesc& d, const Context& ctx);
+Status cuda_softmax_block(const SoftmaxDesc& d, const Context& ctx);
+Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx);
+Status cuda_softmax_strided(const SoftmaxDesc& d, const Context& ctx);
+
 }  // namespace gradops::detail

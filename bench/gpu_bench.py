@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""gradops' CUDA kernels against PyTorch's own backward ops: same tensors, same stream, same GPU, same run.
+
+Usage: bench/gpu_bench.py --lib build/gpu/libgradops.so [--out out/gpu] [--dtypes f32,bf16,f16]
+       [--families elementwise,bias_gelu,softmax,forward] [--repeats 30] [--quick]
+
+For every case the inputs go to both sides; the outputs are compared first (a disagreement beyond the
+dtype's tolerance marks the case FAILED and it is not timed). Then each side is timed with CUDA
+events, median of --repeats runs, with the L2 flushed (a 256 MiB write) before every run and a short
+spin kernel queued ahead of the timed call, so that the host's launch cost stays out of the interval.
+A device-to-device copy, timed the same way, gives the bandwidth reference. Bytes model: each input
+read once, each output written once. Writes gpu_bench.json and, where matplotlib is available,
+gpu_bench.png into --out, and prints a table: time, GB/s, share of copy bandwidth, ratio to PyTorch
+(> 1: gradops is faster) and the PERFORMANCE.md target each case is held to.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gradops_ctypes import Gradops  # noqa: E402
+
+aten = torch.ops.aten
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+# Normwise relative disagreement allowed between gradops and PyTorch (both round once to the dtype;
+# f32 differs in the math library and the summation order).
+AGREE = {torch.float32: 2e-5, torch.float64: 1e-12, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+ELEMENTWISE_N = 1 << 26
+BIAS_SHAPES = [(16384, 4096), (8192, 3072), (4096, 16384)]
+SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
+                  (8192, 50257)]
+
+
+def randn(shape, dtype, scale=1.0):
+    return (torch.randn(shape, device="cuda", dtype=torch.float32) * scale).to(dtype)
+
+
+def quick_gelu_backward(dy, x, alpha=1.702):
+    """The eager composite a PyTorch user writes for QuickGelu's gradient (no native op exists)."""
+    s = torch.sigmoid(alpha * x)
+    return dy * s * (1 + alpha * x * (1 - s))
+
+
+# ---- cases: each builds its tensors and returns the two sides ------------------------------------
+
+def elementwise_case(op, kind, torch_fn, target):
+    def build(dtype):
+        n = ELEMENTWISE_N
+        dy, x = randn((n,), dtype), randn((n,), dtype, 2.0)
+        second = {"x": x, "sigmoid": torch.sigmoid(x), "tanh": torch.tanh(x),
+                  "leaky": torch.nn.functional.leaky_relu(x, 0.01)}[kind]
+        dx = torch.empty_like(dy)
+        return dict(ins=[dy, second], outs=[dx], attrs={}, torch=lambda: torch_fn(dy, second),
+                    check=[(dx, None)], nbytes=3 * n * dy.element_size(), shape=[n])
+    return dict(family="elementwise", op=op, build=build, target=target)
+
+
+def bias_gelu_case(op, approximate, shape, with_db, target):
+    def build(dtype):
+        rows, cols = shape
+        dy, x, b = randn(shape, dtype), randn(shape, dtype, 2.0), randn((cols,), dtype)
+        dx = torch.empty_like(dy)
+        db = torch.empty_like(b) if with_db else None
+        es = dy.element_size()
+        if with_db:
+            def peer():
+                g = aten.gelu_backward(dy, x + b, approximate=approximate)
+                return g, g.sum(0)
+        else:
+            def peer():
+                return aten.gelu_backward(dy, x + b, approximate=approximate)
+        return dict(ins=[dy, x, b], outs=[dx, db] if with_db else [dx], attrs={}, torch=peer,
+                    check=[(dx, 0), (db, 1)] if with_db else [(dx, None)],
+                    nbytes=(3 * rows * cols + (2 if with_db else 1) * cols) * es, shape=list(shape))
+    name = op + (" +dB" if with_db else "")
+    return dict(family="bias_gelu", op=op, name=name, build=build, target=target)
+
+
+def softmax_case(op, log, shape, target):
+    def build(dtype):
+        dy = randn(shape, dtype)
+        logits = randn(shape, torch.float32, 2.0)
+        y = (torch.log_softmax(logits, -1) if log else torch.softmax(logits, -1)).to(dtype)
+        dx = torch.empty_like(dy)
+        fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
+        return dict(ins=[dy, y], outs=[dx], attrs={"axis": -1}, torch=lambda: fn(dy, y, -1, dtype),
+                    check=[(dx, None)], nbytes=3 * dy.numel() * dy.element_size(), shape=list(shape))
+    return dict(family="softmax", op=op, build=build, target=target)
+
+
+def forward_case(op, shape, torch_fn, target, attrs=None):
+    def build(dtype):
+        x = randn(shape, dtype, 2.0)
+        y = torch.empty_like(x)
+        return dict(ins=[x], outs=[y], attrs=attrs or {}, torch=lambda: torch_fn(x), check=[(y, None)],
+                    nbytes=2 * x.numel() * x.element_size(), shape=list(shape))
+    return dict(family="forward", op=op, build=build, target=target)
+
+
+def cases():
+    # Targets (PERFORMANCE.md section 2): minimum share of copy bandwidth, minimum ratio to PyTorch.
+    ew, bias, bias_db = (0.97, 1.0), (0.93, 1.7), (0.93, 2.0)
+    sm, lsm = (0.85, 1.0), (0.85, 1.0)  # plus geomeans: 1.8 (softmax grad), 1.1 (log-softmax grad)
+    out = [
+        elementwise_case("GeluGrad", "x", lambda dy, x: aten.gelu_backward(dy, x, approximate="none"), ew),
+        elementwise_case("FastGeluGrad", "x", lambda dy, x: aten.gelu_backward(dy, x, approximate="tanh"), ew),
+        elementwise_case("ReluGrad", "x", lambda dy, x: aten.threshold_backward(dy, x, 0), ew),
+        elementwise_case("SigmoidGrad", "sigmoid", lambda dy, y: aten.sigmoid_backward(dy, y), ew),
+        elementwise_case("TanhGrad", "tanh", lambda dy, y: aten.tanh_backward(dy, y), ew),
+        elementwise_case("LeakyReluGrad", "leaky", lambda dy, y: aten.leaky_relu_backward(dy, y, 0.01, True), ew),
+        elementwise_case("QuickGeluGrad", "x", quick_gelu_backward, (0.97, 2.0)),
+    ]
+    for shape in BIAS_SHAPES:
+        for op, approx in (("BiasGeluGrad_dX", "none"), ("BiasFastGeluGrad_dX", "tanh")):
+            out.append(bias_gelu_case(op, approx, shape, False, bias))
+            out.append(bias_gelu_case(op, approx, shape, True, bias_db))
+    for shape in SOFTMAX_SHAPES:
+        out.append(softmax_case("SoftmaxGrad_13", False, shape, sm))
+        out.append(softmax_case("LogSoftmaxGrad_13", True, shape, lsm))
+    fwd = (0.85, 1.0)
+    out.append(forward_case("Gelu", (ELEMENTWISE_N,), lambda x: torch.nn.functional.gelu(x), (0.97, 1.0)))
+    out.append(forward_case("Sigmoid", (ELEMENTWISE_N,), torch.sigmoid, (0.97, 1.0)))
+    for shape in SOFTMAX_SHAPES:
+        out.append(forward_case("Softmax_13", shape, lambda x: torch.softmax(x, -1), fwd, {"axis": -1}))
+        out.append(forward_case("LogSoftmax_13", shape, lambda x: torch.log_softmax(x, -1), fwd, {"axis": -1}))
+    return out
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+class Timer:
+    def __init__(self, repeats):
+        self.repeats = repeats
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def median_ms(self, fn):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.repeats):
+            self.flush.zero_()          # evict the inputs from L2
+            torch.cuda._sleep(200_000)  # keeps the GPU busy while the host queues the timed call
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            times.append((start, end))
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in times)
+
+
+def copy_bandwidth(timer):
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = timer.median_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() / (ms * 1e-3) / 1e9  # bytes read + written
+
+
+def disagreement(ours, ref):
+    ours, ref = ours.double(), ref.double()
+    if not torch.isfinite(ours).all():
+        return math.inf
+    return ((ours - ref).norm() / max(ref.norm().item(), 1e-300)).item()
+
+
+def run_case(case, dtype, gradops, timer, copy_gbs):
+    c = case["build"](dtype)
+    stream = torch.cuda.current_stream().cuda_stream
+    call = gradops.prepare(case["op"], c["ins"], c["outs"], c["attrs"], stream=stream)
+    row = dict(family=case["family"], op=case.get("name", case["op"]), dtype=str(dtype).replace("torch.", ""),
+               shape=c["shape"], bytes=c["nbytes"], target_share=case["target"][0],
+               target_ratio=case["target"][1])
+    row["impl"] = gradops.implementation_name(case["op"], c["ins"], c["outs"], c["attrs"])
+    for t in c["outs"]:
+        if t is not None:
+            t.fill_(float("nan"))  # poisoned: every element must be written
+    call()
+    ref = c["torch"]()
+    torch.cuda.synchronize()
+    worst = 0.0
+    for out, idx in c["check"]:
+        worst = max(worst, disagreement(out, ref if idx is None else ref[idx]))
+    row["disagreement"] = worst
+    if not worst <= AGREE[dtype]:
+        row["status"] = "FAILED"
+        return row
+    row["gradops_ms"] = timer.median_ms(call)
+    row["torch_ms"] = timer.median_ms(c["torch"])
+    row["gradops_gbs"] = c["nbytes"] / (row["gradops_ms"] * 1e-3) / 1e9
+    row["torch_gbs"] = c["nbytes"] / (row["torch_ms"] * 1e-3) / 1e9
+    row["share_of_copy"] = row["gradops_gbs"] / copy_gbs
+    row["ratio"] = row["torch_ms"] / row["gradops_ms"]
+    meets = row["share_of_copy"] >= row["target_share"] and row["ratio"] >= row["target_ratio"]
+    row["status"] = "ok" if meets else "below target"
+    return row
+
+
+def geomean(values):
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def print_table(rows, copy_gbs):
+    print(f"\ndevice-to-device copy: {copy_gbs:.0f} GB/s (bytes read + written)")
+    head = (f"{'op':<26} {'dtype':<9} {'shape':<14} {'impl':<19} {'gradops us':>10} {'GB/s':>6} {'copy':>6} "
+            f"{'torch us':>9} {'ratio':>6}  status")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        shape = "x".join(str(s) for s in r["shape"])
+        if r["status"] == "FAILED":
+            print(f"{r['op']:<26} {r['dtype']:<9} {shape:<14} {r['impl']:<19} FAILED: disagreement "
+                  f"{r['disagreement']:.2e} with PyTorch")
+            continue
+        print(f"{r['op']:<26} {r['dtype']:<9} {shape:<14} {r['impl']:<19} {r['gradops_ms'] * 1e3:>10.1f} "
+              f"{r['gradops_gbs']:>6.0f} {r['share_of_copy']:>6.2f} {r['torch_ms'] * 1e3:>9.1f} "
+              f"{r['ratio']:>6.2f}  {r['status']}")
+    timed = [r for r in rows if r["status"] != "FAILED"]
+    for fam, op, want in (("softmax", "SoftmaxGrad_13", 1.8), ("softmax", "LogSoftmaxGrad_13", 1.1)):
+        sel = [r["ratio"] for r in timed if r["family"] == fam and r["op"] == op]
+        if sel:
+            g = geomean(sel)
+            print(f"geomean ratio {op}: {g:.2f} (target >= {want}) {'ok' if g >= want else 'below target'}")
+    print(f"geomean ratio, all timed cases: {geomean([r['ratio'] for r in timed]):.2f}")
+    failed = sum(r["status"] == "FAILED" for r in rows)
+    below = sum(r["status"] == "below target" for r in rows)
+    print(f"{len(rows)} cases: {len(rows) - failed - below} meet their targets, {below} below target, "
+          f"{failed} FAILED")
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not available here: no plot (the JSON has every number)")
+        return
+    rows = [r for r in rows if r["status"] != "FAILED"]
+    labels = [f"{r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))}" for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(16, max(6, 0.22 * len(rows))), sharey=True)
+    ys = range(len(rows))
+    a.barh(ys, [r["share_of_copy"] for r in rows], color="tab:blue")
+    a.axvline(1.0, color="k", lw=0.8)
+    a.set_xlabel("share of device-to-device copy bandwidth")
+    a.set_yticks(list(ys), labels, fontsize=7)
+    a.invert_yaxis()
+    b.barh(ys, [r["ratio"] for r in rows], color="tab:green")
+    b.axvline(1.0, color="k", lw=0.8)
+    b.set_xlabel("PyTorch time / gradops time")
+    fig.suptitle(f"gradops CUDA vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", required=True, help="libgradops.so built with the CUDA backend")
+    ap.add_argument("--out", default="out/gpu")
+    ap.add_argument("--dtypes", default="f32,bf16,f16")
+    ap.add_argument("--families", default="elementwise,bias_gelu,softmax,forward")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--quick", action="store_true", help="f32 and bf16 only, 10 repeats")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_bench: PyTorch sees no CUDA device")
+    dtypes = ["f32", "bf16"] if args.quick else args.dtypes.split(",")
+    repeats = 10 if args.quick else args.repeats
+    families = set(args.families.split(","))
+    gradops = Gradops(args.lib)
+    torch.manual_seed(0)
+    timer = Timer(repeats)
+    copy_gbs = copy_bandwidth(timer)
+    rows = []
+    for case in cases():
+        if case["family"] not in families:
+            continue
+        for name in dtypes:
+            row = run_case(case, DTYPES[name], gradops, timer, copy_gbs)
+            rows.append(row)
+            shown = f"{row.get('gradops_ms', float('nan')) * 1e3:.1f} us" if "gradops_ms" in row else row["status"]
+            print(f"  {row['op']} {row['dtype']} {row['shape']}: {shown}", flush=True)
+            torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+                copy_gbs=copy_gbs, repeats=repeats, l2_flush_bytes=256 << 20)
+    with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    print_table(rows, copy_gbs)
+    plot(rows, os.path.join(args.out, "gpu_bench.png"))
+    return 1 if any(r["status"] == "FAILED" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: build gradops for that GPU, run the CUDA tests, then benchmark
+# the CUDA kernels against PyTorch's own backward ops on the same tensors, stream and GPU
+# (bench/gpu_bench.py). Run from anywhere; builds into build/gpu, writes out/gpu.
+#
+#   scripts/gpu_bench.sh                 # build, test, benchmark
+#   scripts/gpu_bench.sh --tests-only    # build and test
+#   scripts/gpu_bench.sh --bench-only    # build and benchmark
+#   scripts/gpu_bench.sh -- --quick      # arguments after -- go to bench/gpu_bench.py
+#
+# Environment: CUDA_ARCH (default: the GPU's, from nvidia-smi; else "native"), BUILD_DIR, OUT_DIR,
+# PYTHON (default python3, which must import torch), GTEST_FILTER (for the tests),
+# GRADOPS_DEPS_PREFIX (a prefix holding dependencies that are not installed system-wide, such as
+# Highway and SLEEF unpacked from their packages; its lib directories are added to the search paths).
+# GoogleTest is built from its sources (/usr/src/googletest) when no installed copy is found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${BUILD_DIR:-build/gpu}
+out=${OUT_DIR:-out/gpu}
+python=${PYTHON:-python3}
+run_tests=1 run_bench=1
+bench_args=()
+while (($#)); do
+  case "$1" in
+    --tests-only) run_bench=0 ;;
+    --bench-only) run_tests=0 ;;
+    --) shift; bench_args=("$@"); break ;;
+    *) echo "gpu_bench.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$out"
+
+command -v nvidia-smi >/dev/null || { echo "gpu_bench.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
+if [ -z "${CUDA_ARCH:-}" ]; then
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+  CUDA_ARCH=${cap:-native}
+fi
+echo "gpu_bench.sh: building for CUDA architecture $CUDA_ARCH"
+
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
+            -DGRADOPS_BUILD_TESTS=ON -DGRADOPS_BUILD_TOOLS=OFF)
+[ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null && cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+prefixes=()
+if [ -n "${GRADOPS_DEPS_PREFIX:-}" ]; then
+  deps=$(cd "$GRADOPS_DEPS_PREFIX" && pwd)
+  prefixes+=("$deps/usr" "$deps/usr/local")
+  for d in "$deps"/usr/lib/x86_64-linux-gnu "$deps"/usr/lib "$deps"/usr/local/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  done
+  export CPATH="$deps/usr/include${CPATH:+:$CPATH}"
+fi
+
+# GoogleTest: an installed package config, else build and install the sources into the build tree.
+have_gtest=0
+for d in /usr/lib/*/cmake/GTest /usr/lib/cmake/GTest /usr/local/lib/cmake/GTest /usr/local/lib64/cmake/GTest; do
+  [ -f "$d/GTestConfig.cmake" ] && have_gtest=1
+done
+if ((!have_gtest)); then
+  gtest_prefix="$root/$build/_deps/googletest"
+  if [ ! -f "$gtest_prefix/lib/cmake/GTest/GTestConfig.cmake" ] && [ ! -f "$gtest_prefix/lib64/cmake/GTest/GTestConfig.cmake" ]; then
+    src=""
+    for d in /usr/src/googletest /usr/src/gtest /usr/local/src/googletest /opt/googletest \
+             $(find /usr /opt /root -maxdepth 4 -type d -name googletest 2>/dev/null); do
+      [ -f "$d/CMakeLists.txt" ] && [ -d "$d/googletest" ] && { src=$d; break; }  # the distribution root
+      [ -f "$d/CMakeLists.txt" ] && [ -d "$d/include/gtest" ] && { src=$d; break; }  # googletest alone
+    done
+    [ -z "$src" ] && { echo "gpu_bench.sh: GoogleTest is neither installed nor found as sources" >&2; exit 1; }
+    echo "gpu_bench.sh: building GoogleTest from $src"
+    cmake -S "$src" -B "$build/_deps/googletest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX="$gtest_prefix" -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON >/dev/null
+    cmake --build "$build/_deps/googletest-build" --target install -j"$(nproc)" >/dev/null
+  fi
+  prefixes+=("$gtest_prefix")
+fi
+if ((${#prefixes[@]})); then
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefixes[*]}")")
+fi
+
+cmake -S . -B "$build" "${cmake_args[@]}" >"$out/configure.log" 2>&1 || {
+  tail -n 30 "$out/configure.log" >&2
+  echo "gpu_bench.sh: configure failed (missing Highway or SLEEF? set GRADOPS_DEPS_PREFIX)" >&2
+  exit 1
+}
+targets=(gradops_shared)
+((run_tests)) && targets+=(cuda_test)
+if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -n 40 >&2
+  echo "gpu_bench.sh: build failed (see $out/build.log)" >&2
+  exit 1
+fi
+grep -E "warning" "$out/build.log" || true
+
+status=0
+if ((run_tests)); then
+  echo "gpu_bench.sh: CUDA tests"
+  if ! "$build/tests/cuda_test" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
+      tee "$out/cuda_test.log"; then
+    status=1
+  fi
+  if grep -q "no CUDA device is visible" "$out/cuda_test.log"; then
+    echo "gpu_bench.sh: the tests saw no GPU" >&2
+    status=1
+  fi
+fi
+if ((run_bench)); then
+  echo "gpu_bench.sh: benchmark"
+  "$python" -c "import torch; assert torch.cuda.is_available()" ||
+    { echo "gpu_bench.sh: $python cannot use PyTorch with CUDA" >&2; exit 1; }
+  PYTHONUNBUFFERED=1 "$python" bench/gpu_bench.py --lib "$build/libgradops.so" --out "$out" ${bench_args[@]+"${bench_args[@]}"} ||
+    status=1
+fi
+exit $status

@@ -1,5 +1,6 @@
 // Oracle for the activation family: textbook formulas in float64 (long double where a formula
 // cancels), straight from SEMANTICS.md.
+#include <algorithm>
 #include <cmath>
 
 #include "oracle/oracle.hpp"
@@ -12,6 +13,13 @@ constexpr long double kPi = 3.141592653589793238462643383279502884L;
 bool is_grad(std::string_view op) { return op.size() > 4 && op.find("Grad") != std::string_view::npos; }
 bool has_bias(std::string_view op) {
   return op == "BiasGeluGrad_dX" || op == "BiasFastGeluGrad_dX" || op == "BiasGelu" || op == "FastGelu";
+}
+bool is_activation(std::string_view op) {
+  static constexpr std::string_view kOps[] = {
+      "GeluGrad", "FastGeluGrad", "BiasGeluGrad_dX", "BiasFastGeluGrad_dX", "ReluGrad", "SigmoidGrad",
+      "TanhGrad", "QuickGeluGrad", "LeakyReluGrad", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Relu",
+      "Sigmoid", "Tanh", "LeakyRelu"};
+  return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
 }
 double attr(const Attrs& a, const char* name) {
   auto it = a.find(name);
@@ -59,13 +67,7 @@ double quick_gelu_grad(double x, double alpha) {
 
 bool make_activation_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs&,
                             std::span<const DType> dt, Rng& rng, Tensors& out) {
-  static constexpr std::string_view kOps[] = {
-      "GeluGrad", "FastGeluGrad", "BiasGeluGrad_dX", "BiasFastGeluGrad_dX", "ReluGrad", "SigmoidGrad",
-      "TanhGrad", "QuickGeluGrad", "LeakyReluGrad", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Relu",
-      "Sigmoid", "Tanh", "LeakyRelu"};
-  bool known = false;
-  for (auto k : kOps) known = known || k == op;
-  if (!known) return false;
+  if (!is_activation(op)) return false;
   const std::vector<int64_t> s(shape.begin(), shape.end());
   const bool grad = is_grad(op);
   int i = 0;
@@ -96,6 +98,7 @@ bool make_activation_inputs(std::string_view op, std::span<const int64_t> shape,
 }
 
 bool activation_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out) {
+  if (!is_activation(op)) return false;
   const bool grad = is_grad(op);
   const Tensor* dy = grad ? &*in[0] : nullptr;
   const Tensor& x = *in[grad ? 1 : 0];

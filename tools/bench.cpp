@@ -369,7 +369,10 @@ bool write_json(const std::string& path, const Machine& m, int threads, Device d
   j += "  \"device\": " + json_string(device_type_name(device.type)) + ",\n";
   j += "  \"seed\": " + std::to_string(seed) + ",\n";
   j += std::string("  \"suite\": ") + (quick ? "\"quick\"" : full ? "\"full\"" : "\"default\"") + ",\n";
-  j += "  \"copy\": {\"method\": \"OpenMP memcpy of disjoint chunks\", \"threads\": " + std::to_string(threads) +
+  if (device.type != DeviceType::cpu)
+    j += "  \"copy\": null,\n";  // no device-to-device copy reference yet
+  else
+    j += "  \"copy\": {\"method\": \"OpenMP memcpy of disjoint chunks\", \"threads\": " + std::to_string(threads) +
        ", \"buffer_bytes\": " + std::to_string(copy.buffer_bytes) + ", \"median_us\": " +
        json_number(copy.median_us) + ", \"gbps\": " + json_number(copy.gbps) +
        ", \"gbps_end\": " + json_number(copy.gbps_end) + "},\n";

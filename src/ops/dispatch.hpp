@@ -53,10 +53,15 @@ Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device d
     if (verbose) log_dispatch(op, impl.name, "runs");
     return impl.run(desc, ctx);
   }
+#if defined(GRADOPS_HAVE_CUDA)
+  constexpr bool have_cuda = true;
+#else
+  constexpr bool have_cuda = false;
+#endif
   return Status(StatusCode::unimplemented,
                 std::string(op) + ": no implementation for " + device_type_name(device.type) +
                     " tensors in this build" +
-                    (device.type == DeviceType::cuda ? " (gradops was built without CUDA)" : ""));
+                    (device.type == DeviceType::cuda && !have_cuda ? " (gradops was built without CUDA)" : ""));
 }
 
 }  // namespace gradops::detail

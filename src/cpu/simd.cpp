@@ -3,8 +3,11 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+
+#include <unistd.h>
 
 #include "cpu/simd-inl.h"
 #include "cpu/simd.hpp"
@@ -95,6 +98,22 @@ int supported_simd_targets(const char** names, int capacity) {
     if ((all & t.target) && n < capacity) names[n++] = t.name.data();
   return n;
 }
+
+namespace {
+int64_t default_stream_min_bytes() {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return llc > 0 ? static_cast<int64_t>(llc) / 8 : int64_t{4} << 20;
+}
+std::atomic<int64_t> g_stream_min_bytes{-1};
+}  // namespace
+
+int64_t stream_min_bytes() {
+  static const int64_t fallback = default_stream_min_bytes();
+  const int64_t set = g_stream_min_bytes.load(std::memory_order_relaxed);
+  return set >= 0 ? set : fallback;
+}
+
+void set_stream_min_bytes(int64_t bytes) { g_stream_min_bytes.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
 
 void apply_simd_target_from_environment() {
   static const bool applied = [] {

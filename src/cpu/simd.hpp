@@ -24,6 +24,17 @@ enum class VectorMath { erfc, exp, tanh, log };
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n);
 void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n);
 
+// Output size in bytes from which kernels write with non-temporal stores: an eighth of the
+// last-level cache as the OS reports it (4 MiB when it reports none). Below it a result stays in
+// cache for whatever reads it next; above it a normal store costs an extra read of each line
+// (write-allocate) and evicts inputs still to be read, while the cache is shared with the other
+// cores and would not keep the output anyway.
+int64_t stream_min_bytes();
+
+// Replaces that threshold (tests use 0 to run every kernel's streaming path on small tensors); a
+// negative value restores the default.
+void set_stream_min_bytes(int64_t bytes);
+
 // Called by every dispatching entry point before its first kernel.
 void apply_simd_target_from_environment();
 

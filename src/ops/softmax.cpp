@@ -9,7 +9,7 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<SoftmaxDesc> kImpls[] = {
-    {"cpu:scalar", DeviceType::cpu, nullptr, cpu_softmax},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_softmax},
 #if GRADOPS_HAVE_CUDA
     {"cuda:warp_per_row", DeviceType::cuda, cuda_softmax_warp_declines, cuda_softmax_warp},
     {"cuda:block_per_row", DeviceType::cuda, cuda_softmax_block_declines, cuda_softmax_block},

@@ -17,6 +17,7 @@
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.hpp"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "ops/activation.hpp"
 
@@ -69,28 +70,29 @@ template <class D> V<D> QuickGeluDerivative(D d, V<D> x, V<D> alpha) {
   return hn::Mul(Sigmoid(d, v), hn::MulAdd(v, Sigmoid(d, hn::Neg(v)), hn::Set(d, 1)));
 }
 
-// Runs f(d, dy, x) -> out over [begin, end): full vectors straight from memory, the remainder
-// through zero-padded copies, so every element takes the same vector path.
-template <class D, class T, class F>
-void Stream(D d, const T* dy, const T* x, T* out, int64_t begin, int64_t end, F f) {
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = begin;
-  for (; i + n <= end; i += n)
-    StoreNarrow(d, f(d, dy ? LoadWide(d, dy + i) : hn::Zero(d), LoadWide(d, x + i)), out + i);
-  if (i == end) return;
-  const int64_t rest = end - i;
-  T pdy[hn::MaxLanes(d)] = {}, px[hn::MaxLanes(d)] = {}, pout[hn::MaxLanes(d)];
-  std::copy(x + i, x + end, px);
-  if (dy) std::copy(dy + i, dy + end, pdy);
-  StoreNarrow(d, f(d, LoadWide(d, pdy), LoadWide(d, px)), pout);
-  std::copy(pout, pout + rest, out + i);
-}
-
+// out = f(d, dy, x) elementwise. Every element takes the same vector code (a partial vector goes
+// through zero-padded copies), so results do not depend on where thread partitions fall. Outputs
+// of stream_min_bytes() or more go out through non-temporal stores.
 template <class T, bool kTranscendental, class F>
 void Elementwise(const ActivationDesc& d, const Context& ctx, F f) {
   const LaneTag<T, kTranscendental> tag;
+  const T* dy = static_cast<const T*>(d.dy);
+  const T* x = static_cast<const T*>(d.x);
+  T* out = static_cast<T*>(d.out);
+  const bool stream = d.count * static_cast<int64_t>(sizeof(T)) >= stream_min_bytes();
   parallel_for(d.count, kGrain, ctx, [&](int64_t begin, int64_t end) {
-    Stream(tag, static_cast<const T*>(d.dy), static_cast<const T*>(d.x), static_cast<T*>(d.out), begin, end, f);
+    auto value = [&](int64_t j, int64_t valid) {
+      PrefetchAhead(x + begin + j);
+      if (dy) PrefetchAhead(dy + begin + j);
+      const auto vx = LoadWideN(tag, x + begin + j, valid);
+      return f(tag, dy ? LoadWideN(tag, dy + begin + j, valid) : hn::Zero(tag), vx);
+    };
+    if (stream) {
+      WriteRun<true>(tag, out + begin, end - begin, value);
+      hwy::FlushStream();
+    } else {
+      WriteRun<false>(tag, out + begin, end - begin, value);
+    }
   });
 }
 
@@ -105,8 +107,11 @@ void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, hn:
     return r;
   };
   int64_t j = 0;
-  for (; j + n <= cols; j += n)
+  for (; j + n <= cols; j += n) {
+    PrefetchAhead(x + j);
+    if (dy) PrefetchAhead(dy + j);
     one(dy ? LoadWide(d, dy + j) : hn::Zero(d), LoadWide(d, x + j), LoadWide(d, b + j), out + j, acc, j);
+  }
   if (j == cols) return;
   const int64_t rest = cols - j;
   T pdy[hn::MaxLanes(d)] = {}, px[hn::MaxLanes(d)] = {}, pb[hn::MaxLanes(d)] = {}, pout[hn::MaxLanes(d)];

@@ -1,11 +1,12 @@
 // Activation family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable
 // target (Highway), chosen at run time.
 //
-// Accuracy: functions with transcendentals run in f64 lanes for f32 and f64 storage and in f32
-// lanes for f16/bf16, and every output is rounded once. That keeps f32 GeluGrad accurate in
-// relative terms down the negative tail and across the zero of the GELU derivative near x = -0.75.
-// Forms without cancellation throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u),
-// 1 - y^2 = (1 - y)(1 + y), 1 - sigmoid(v) = sigmoid(-v).
+// Accuracy: every output is rounded once. Functions with transcendentals run in f32 lanes for
+// f16/bf16 storage and in f64 lanes for f32 and f64 storage, except GeluGrad and BiasGeluGrad_dX,
+// which run in f32 lanes for f32 storage too (GeluDerivativeF32: a relative error of a few 1e-7,
+// the zero near x = -0.75 included, at half the cost of f64 lanes). Forms without cancellation
+// throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u), 1 - y^2 = (1 - y)(1 + y),
+// 1 - sigmoid(v) = sigmoid(-v).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/activation.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -33,11 +34,10 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kFastGeluGamma = 0.044715;
 constexpr int64_t kGrain = 1 << 15;  // elements per thread below which work stays on one thread
 
-// Lanes: f64 for transcendental work on f32/f64 storage, f32 for f16/bf16; otherwise the
-// storage type's compute type.
-template <class T, bool kTranscendental>
-using LaneTag = std::conditional_t<kTranscendental && std::is_same_v<T, float>, hn::ScalableTag<double>,
-                                   ComputeTag<T>>;
+// Lanes: f64 for f32 storage where kWide (transcendental work without a dedicated f32 form),
+// otherwise the storage type's compute type.
+template <class T, bool kWide>
+using LaneTag = std::conditional_t<kWide && std::is_same_v<T, float>, hn::ScalableTag<double>, ComputeTag<T>>;
 
 template <class D> using V = hn::Vec<D>;
 
@@ -49,6 +49,49 @@ template <class D> V<D> GeluDerivative(D d, V<D> x) {
   return hn::MulAdd(x, pdf, NormCdf(d, x));
 }
 template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
+
+// GELU'(z) in f32 lanes for z = hi + lo exactly (lo: the rounding error of a bias add, else 0).
+// Three error sources an f32 evaluation would otherwise have, and their remedies:
+// - exp(-z^2/2) from a rounded z^2 (relative error z^2 2^-24, 5e-6 at z = -13): z^2 is split
+//   exactly with an FMA and the low part applied as a first-order factor.
+// - the rounding of z itself (a bias add): the first-order correction GELU''(hi) lo, with
+//   GELU'' = phi (2 - z^2).
+// - cancellation between Phi(z) and z phi(z) around the zero z0 = -0.75179...: within 0.1 of it,
+//   a degree-7 Taylor polynomial in t = z - z0 (t computed exactly from hi, lo and z0 split in
+//   two floats). Coefficients c_k = GELU^(k+1)(z0) / k!.
+constexpr float kGeluZeroHi = -0.75179154f, kGeluZeroLo = 1.211445e-08f;
+constexpr float kGeluZeroBand = 0.1f;
+constexpr float kGeluZeroTaylor[7] = {0.43149399231404695f,  0.3882849829905521f,  -0.018199676398671084f,
+                                      -0.1140082332972217f,  -0.014771522148244336f, 0.019421679838189067f,
+                                      0.004539228379125416f};
+template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
+  static_assert(std::is_same_v<hn::TFromD<D>, float>);
+  const auto sq = hn::Mul(hi, hi);
+  const auto sq_lo = hn::MulSub(hi, hi, sq);  // hi^2 = sq + sq_lo exactly
+  const auto half = hn::Set(d, 0.5f);
+  auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), Exp(d, hn::Mul(hn::Neg(half), sq)));
+  pdf = hn::NegMulAdd(hn::Mul(half, sq_lo), pdf, pdf);  // * exp(-sq_lo/2)
+  const auto cdf = hn::Mul(half, Erfc(d, hn::Mul(hi, hn::Set(d, static_cast<float>(-kSqrtHalf)))));
+  const auto second = hn::Mul(pdf, hn::Sub(hn::Set(d, 2.0f), sq));  // GELU''(hi)
+  const auto general = hn::MulAdd(second, lo, hn::MulAdd(hi, pdf, cdf));
+  const auto t = hn::Add(hn::Sub(hn::Sub(hi, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
+  auto poly = hn::Set(d, kGeluZeroTaylor[6]);
+  for (int k = 5; k >= 0; --k) poly = hn::MulAdd(poly, t, hn::Set(d, kGeluZeroTaylor[k]));
+  return hn::IfThenElse(hn::Lt(hn::Abs(t), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, t), general);
+}
+
+// GELU'(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
+template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) return GeluDerivativeF32(d, hi, lo);
+  else return GeluDerivative(d, hn::Add(hi, lo));
+}
+
+// x + b as hi + lo exactly (Knuth's TwoSum).
+template <class D> void TwoSum(V<D> x, V<D> b, V<D>& hi, V<D>& lo) {
+  hi = hn::Add(x, b);
+  const auto bb = hn::Sub(hi, x);
+  lo = hn::Add(hn::Sub(x, hn::Sub(hi, bb)), hn::Sub(b, bb));
+}
 
 // FastGelu: y = z * s with s = sigmoid(2u), u = sqrt(2/pi) (z + gamma z^3).
 template <class D> V<D> FastGeluTwoU(D d, V<D> z) {
@@ -73,9 +116,9 @@ template <class D> V<D> QuickGeluDerivative(D d, V<D> x, V<D> alpha) {
 // out = f(d, dy, x) elementwise. Every element takes the same vector code (a partial vector goes
 // through zero-padded copies), so results do not depend on where thread partitions fall. Outputs
 // of stream_min_bytes() or more go out through non-temporal stores.
-template <class T, bool kTranscendental, class F>
+template <class T, bool kWide, class F>
 void Elementwise(const ActivationDesc& d, const Context& ctx, F f) {
-  const LaneTag<T, kTranscendental> tag;
+  const LaneTag<T, kWide> tag;
   const T* dy = static_cast<const T*>(d.dy);
   const T* x = static_cast<const T*>(d.x);
   T* out = static_cast<T*>(d.out);
@@ -96,43 +139,41 @@ void Elementwise(const ActivationDesc& d, const Context& ctx, F f) {
   });
 }
 
-// One row of a bias op: z = x + b, out = f(dy, z); acc (if given) += out, in lanes.
-template <class D, class T, class F>
-void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, hn::TFromD<D>* acc, F f) {
+// One row of a bias op: out = f(d, dy, x, b); acc (if given) += out, in lanes.
+template <class D, class T, class Acc, class F>
+void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, Acc* acc, F f) {
+  using L = hn::TFromD<D>;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  auto one = [&](auto vdy, auto vx, auto vb, auto* o, auto* a, int64_t j) {
-    const auto r = f(d, vdy, hn::Add(vx, vb));
-    StoreNarrow(d, r, o);
-    if (a) hn::StoreU(hn::Add(hn::LoadU(d, a + j), r), d, a + j);
-    return r;
+  auto accumulate = [&](hn::Vec<D> r, int64_t j, int64_t count) {
+    if constexpr (std::is_same_v<Acc, L>) {
+      if (count == n) return hn::StoreU(hn::Add(hn::LoadU(d, acc + j), r), d, acc + j);
+    }
+    HWY_ALIGN L lanes[hn::MaxLanes(d)];  // f32 lanes into f64 sums; tails
+    hn::Store(r, d, lanes);
+    for (int64_t k = 0; k < count; ++k) acc[j + k] += static_cast<Acc>(lanes[k]);
   };
   int64_t j = 0;
   for (; j + n <= cols; j += n) {
     PrefetchAhead(x + j);
     if (dy) PrefetchAhead(dy + j);
-    one(dy ? LoadWide(d, dy + j) : hn::Zero(d), LoadWide(d, x + j), LoadWide(d, b + j), out + j, acc, j);
+    const auto r = f(d, dy ? LoadWide(d, dy + j) : hn::Zero(d), LoadWide(d, x + j), LoadWide(d, b + j));
+    StoreNarrow(d, r, out + j);
+    if (acc) accumulate(r, j, n);
   }
   if (j == cols) return;
   const int64_t rest = cols - j;
-  T pdy[hn::MaxLanes(d)] = {}, px[hn::MaxLanes(d)] = {}, pb[hn::MaxLanes(d)] = {}, pout[hn::MaxLanes(d)];
-  std::copy(x + j, x + cols, px);
-  std::copy(b + j, b + cols, pb);
-  if (dy) std::copy(dy + j, dy + cols, pdy);
-  const auto r = one(LoadWide(d, pdy), LoadWide(d, px), LoadWide(d, pb), pout, static_cast<hn::TFromD<D>*>(nullptr), 0);
-  std::copy(pout, pout + rest, out + j);
-  if (acc) {
-    HWY_ALIGN hn::TFromD<D> lanes[hn::MaxLanes(d)];
-    hn::Store(r, d, lanes);
-    for (int64_t k = 0; k < rest; ++k) acc[j + k] += lanes[k];
-  }
+  const auto r = f(d, dy ? LoadWideN(d, dy + j, rest) : hn::Zero(d), LoadWideN(d, x + j, rest), LoadWideN(d, b + j, rest));
+  StoreNarrowN(d, r, out + j, rest);
+  if (acc) accumulate(r, j, rest);
 }
 
 // Bias ops: dx (or y) row by row; dB from fixed chunks of rows, each summed in row order, then the
-// chunk partials summed in chunk order: the same bits for any thread count.
-template <class T, class F>
+// chunk partials summed in chunk order: the same bits for any thread count. dB sums run in f64 for
+// f32 storage whatever the lanes.
+template <class T, bool kWide, class F>
 Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
-  const LaneTag<T, true> tag;
-  using A = hn::TFromD<decltype(tag)>;
+  const LaneTag<T, kWide> tag;
+  using A = std::conditional_t<std::is_same_v<T, float>, double, hn::TFromD<decltype(tag)>>;
   const T* dy = static_cast<const T*>(d.dy);
   const T* x = static_cast<const T*>(d.x);
   const T* b = static_cast<const T*>(d.bias);
@@ -177,7 +218,9 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
   const auto alpha = d.alpha;
   switch (d.op) {
     case OpId::GeluGrad:
-      Elementwise<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, GeluDerivative(t, x)); });
+      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto x) {
+        return hn::Mul(g, GeluDerivativeSplit(t, x, hn::Zero(t)));
+      });
       break;
     case OpId::FastGeluGrad:
       Elementwise<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative(t, x)); });
@@ -235,13 +278,19 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
         break;
       }
-      return BiasOp<T>(d, ctx, [](auto t, auto, auto z) { return FastGelu(t, z); });
+      return BiasOp<T, true>(d, ctx, [](auto t, auto, auto x, auto b) { return FastGelu(t, hn::Add(x, b)); });
     case OpId::BiasGelu:
-      return BiasOp<T>(d, ctx, [](auto t, auto, auto z) { return Gelu(t, z); });
+      return BiasOp<T, true>(d, ctx, [](auto t, auto, auto x, auto b) { return Gelu(t, hn::Add(x, b)); });
     case OpId::BiasGeluGrad_dX:
-      return BiasOp<T>(d, ctx, [](auto t, auto g, auto z) { return hn::Mul(g, GeluDerivative(t, z)); });
+      return BiasOp<T, false>(d, ctx, [](auto t, auto g, auto x, auto b) {
+        V<decltype(t)> hi, lo;
+        TwoSum<decltype(t)>(x, b, hi, lo);
+        return hn::Mul(g, GeluDerivativeSplit(t, hi, lo));
+      });
     case OpId::BiasFastGeluGrad_dX:
-      return BiasOp<T>(d, ctx, [](auto t, auto g, auto z) { return hn::Mul(g, FastGeluDerivative(t, z)); });
+      return BiasOp<T, true>(d, ctx, [](auto t, auto g, auto x, auto b) {
+        return hn::Mul(g, FastGeluDerivative(t, hn::Add(x, b)));
+      });
     default:
       return Status(StatusCode::internal, "activation kernel: not an activation op");
   }

@@ -42,10 +42,10 @@ using LaneTag = std::conditional_t<kWide && std::is_same_v<T, float>, hn::Scalab
 template <class D> using V = hn::Vec<D>;
 
 template <class D> V<D> NormCdf(D d, V<D> x) {
-  return hn::Mul(hn::Set(d, 0.5), Erfc(d, hn::Mul(x, hn::Set(d, -kSqrtHalf))));
+  return hn::Mul(hn::Set(d, 0.5), VErfc(d, hn::Mul(x, hn::Set(d, -kSqrtHalf))));
 }
 template <class D> V<D> GeluDerivative(D d, V<D> x) {
-  const auto pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), Exp(d, hn::Mul(hn::Set(d, -0.5), hn::Mul(x, x))));
+  const auto pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), VExp(d, hn::Mul(hn::Set(d, -0.5), hn::Mul(x, x))));
   return hn::MulAdd(x, pdf, NormCdf(d, x));
 }
 template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
@@ -69,9 +69,9 @@ template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
   const auto sq = hn::Mul(hi, hi);
   const auto sq_lo = hn::MulSub(hi, hi, sq);  // hi^2 = sq + sq_lo exactly
   const auto half = hn::Set(d, 0.5f);
-  auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), Exp(d, hn::Mul(hn::Neg(half), sq)));
+  auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), VExp(d, hn::Mul(hn::Neg(half), sq)));
   pdf = hn::NegMulAdd(hn::Mul(half, sq_lo), pdf, pdf);  // * exp(-sq_lo/2)
-  const auto cdf = hn::Mul(half, Erfc(d, hn::Mul(hi, hn::Set(d, static_cast<float>(-kSqrtHalf)))));
+  const auto cdf = hn::Mul(half, VErfc(d, hn::Mul(hi, hn::Set(d, static_cast<float>(-kSqrtHalf)))));
   const auto second = hn::Mul(pdf, hn::Sub(hn::Set(d, 2.0f), sq));  // GELU''(hi)
   const auto general = hn::MulAdd(second, lo, hn::MulAdd(hi, pdf, cdf));
   const auto t = hn::Add(hn::Sub(hn::Sub(hi, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
@@ -266,7 +266,7 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
       Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid(t, x); });
       break;
     case OpId::Tanh:
-      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Tanh(t, x); });
+      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return VTanh(t, x); });
       break;
     case OpId::LeakyRelu:
       Elementwise<T, false>(d, ctx, [alpha](auto t, auto, auto x) {

@@ -1,6 +1,7 @@
 // Per-target SIMD helpers shared by the CPU kernels: loads that widen every storage type to its
 // compute vector, stores that round once to the storage type (round to nearest even, NaN kept),
-// and vector transcendentals (SLEEF on x86 targets, the C library lane by lane elsewhere).
+// and vector transcendentals (Highway's inline exp for f32 lanes; SLEEF on x86 targets and the C library
+// lane by lane elsewhere for the rest).
 //
 // Included by each kernel file inside its HWY_NAMESPACE, once per target (Highway's
 // foreach_target pattern), hence the toggling include guard.
@@ -20,6 +21,8 @@
 #include "gradops/types.hpp"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+// After highway.h: per-target like this file.
+#include "hwy/contrib/math/math-inl.h"
 
 #if HWY_ARCH_X86
 #include "cpu/sleef_x86.hpp"
@@ -219,20 +222,35 @@ HWY_INLINE hn::Vec<D> PerLane(D d, hn::Vec<D> v, F f) {
   }
 #endif
 
-GRADOPS_VMATH(Erfc, erfc, u15, std::erfc)
-GRADOPS_VMATH(Exp, exp, u10, std::exp)
-GRADOPS_VMATH(Tanh, tanh, u10, std::tanh)
-GRADOPS_VMATH(Log, log, u10, std::log)
+GRADOPS_VMATH(VErfc, erfc, u15, std::erfc)
+GRADOPS_VMATH(VExpSleef, exp, u10, std::exp)
+GRADOPS_VMATH(VTanh, tanh, u10, std::tanh)
+GRADOPS_VMATH(VLog, log, u10, std::log)
 
 #undef GRADOPS_VMATH
 #undef GRADOPS_SLEEF_F
 #undef GRADOPS_SLEEF_D
 
+// exp. f32 lanes: Highway's (1 ulp), inlined: SLEEF's is a call into a shared library, around which
+// the caller spills every live vector register (all are caller-saved), which made exp-heavy row
+// kernels compute-bound. Highway's is defined up to 104, where the result has long overflowed, and
+// maps NaN to 0: clamp, and keep NaN. f64 lanes: SLEEF, whose range is exact to the overflow.
+template <class D>
+HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
+  if constexpr (sizeof(hn::TFromD<D>) == 4) {
+    const auto limit = hn::Set(d, 104.0f);
+    const auto e = hn::Exp(d, hn::IfThenElse(hn::Gt(v, limit), limit, v));
+    return hn::IfThenElse(hn::IsNaN(v), v, e);
+  } else {
+    return VExpSleef(d, v);
+  }
+}
+
 // 1 / (1 + exp(-v)): accurate for every v (exp overflow gives exactly 0).
 template <class D>
 HWY_INLINE hn::Vec<D> Sigmoid(D d, hn::Vec<D> v) {
   const auto one = hn::Set(d, 1);
-  return hn::Div(one, hn::Add(one, Exp(d, hn::Neg(v))));
+  return hn::Div(one, hn::Add(one, VExp(d, hn::Neg(v))));
 }
 
 // ---- elementwise driver ------------------------------------------------------------------------

@@ -27,10 +27,10 @@ void EvalVectorMath(VectorMath f, const T* in, T* out, int64_t n) {
     std::copy(in + i, in + i + m, buf);
     auto v = hn::Load(d, buf);
     switch (f) {
-      case VectorMath::erfc: v = Erfc(d, v); break;
-      case VectorMath::exp: v = Exp(d, v); break;
-      case VectorMath::tanh: v = Tanh(d, v); break;
-      case VectorMath::log: v = Log(d, v); break;
+      case VectorMath::erfc: v = VErfc(d, v); break;
+      case VectorMath::exp: v = VExp(d, v); break;
+      case VectorMath::tanh: v = VTanh(d, v); break;
+      case VectorMath::log: v = VLog(d, v); break;
     }
     hn::Store(v, d, buf);
     std::copy(buf, buf + m, out + i);

@@ -130,13 +130,13 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
         s = hn::Set(d, ReduceLanes(d, acc, [](A a, A b) { return b > a ? b : a; }));
         const T* v = y + r * n;
         const A total = ReduceLanes(d, FoldBlocks(d, n, hn::Zero(d), [&](VA sum, int64_t j, int64_t valid) {
-          auto e = Exp(d, hn::Sub(LoadWideN(d, v + j, valid), s));
+          auto e = VExp(d, hn::Sub(LoadWideN(d, v + j, valid), s));
           if (park) hn::Store(e, d, scratch + j);
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
           return hn::Add(sum, e);
         }, add), plus);
         if constexpr (kKind == SoftmaxKind::log_softmax)
-          t = Log(d, hn::Set(d, total));
+          t = VLog(d, hn::Set(d, total));
         else
           t = hn::Div(hn::Set(d, A(1)), hn::Set(d, total));
       }
@@ -149,11 +149,11 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
         if constexpr (kKind == SoftmaxKind::softmax_grad) {
           return hn::Mul(LoadWideN(d, v + j, valid), hn::Sub(LoadWideN(d, g + j, valid), s));
         } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-          return hn::NegMulAdd(Exp(d, LoadWideN(d, v + j, valid)), s, LoadWideN(d, g + j, valid));
+          return hn::NegMulAdd(VExp(d, LoadWideN(d, v + j, valid)), s, LoadWideN(d, g + j, valid));
         } else if constexpr (kKind == SoftmaxKind::log_softmax) {
           return hn::Sub(hn::Sub(LoadWideN(d, v + j, valid), s), t);
         } else {
-          return hn::Mul(park ? hn::LoadU(d, scratch + j) : Exp(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
+          return hn::Mul(park ? hn::LoadU(d, scratch + j) : VExp(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
         }
       };
       const bool next = r + 1 < r1;
@@ -219,7 +219,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
         });
       for (int64_t a = 0; a < n; ++a)
         write(a, [&](int64_t j, int64_t valid) {
-          return hn::NegMulAdd(Exp(d, load(y, a, j, valid)), hn::LoadU(d, s + j), load(dy, a, j, valid));
+          return hn::NegMulAdd(VExp(d, load(y, a, j, valid)), hn::LoadU(d, s + j), load(dy, a, j, valid));
         });
     } else {
       HWY_ALIGN A m[kMaxBlock + hn::MaxLanes(d)];
@@ -231,12 +231,12 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
         });
       for (int64_t a = 0; a < n; ++a)
         each_vector([&](int64_t j, int64_t valid) {
-          const auto e = Exp(d, hn::Sub(load(y, a, j, valid), hn::Load(d, m + j)));
+          const auto e = VExp(d, hn::Sub(load(y, a, j, valid), hn::Load(d, m + j)));
           if (kKind == SoftmaxKind::softmax && park) hn::Store(e, d, scratch + a * padded + j);
           hn::Store(hn::Add(hn::Load(d, s + j), e), d, s + j);
         });
       if constexpr (kKind == SoftmaxKind::log_softmax) {
-        each_vector([&](int64_t j, int64_t) { hn::Store(Log(d, hn::Load(d, s + j)), d, s + j); });
+        each_vector([&](int64_t j, int64_t) { hn::Store(VLog(d, hn::Load(d, s + j)), d, s + j); });
         for (int64_t a = 0; a < n; ++a)
           write(a, [&](int64_t j, int64_t valid) {
             return hn::Sub(hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)), hn::LoadU(d, s + j));
@@ -246,7 +246,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
         for (int64_t a = 0; a < n; ++a)
           write(a, [&](int64_t j, int64_t valid) {
             const auto e = park ? hn::LoadU(d, scratch + a * padded + j)
-                                : Exp(d, hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)));
+                                : VExp(d, hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)));
             return hn::Mul(e, hn::LoadU(d, s + j));
           });
       }

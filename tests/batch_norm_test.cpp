@@ -153,13 +153,16 @@ TEST(BatchNorm, RunningStatisticsInPlace) {
 }
 
 // Shapes with many chunks in each traversal: NCHW planes, NCHW short runs, NHWC rows (narrow and
-// wider than a column block), a single long channel.
+// wider than a column block), a single long channel; NCHW with few channels (one thread takes
+// whole channels, several split the passes) and with many (blocks of channels differ by thread
+// count).
 TEST(BatchNorm, ResultsDoNotDependOnThreadCount) {
   const struct {
     std::vector<int64_t> shape;
     bool last;
   } cases[] = {{{6, 5, 3001}, false}, {{700, 40, 7}, false}, {{300, 100, 3}, true},
-               {{31, 2100}, true},      {{1, 1, 300001}, false}, {{9000, 1, 40}, true}};
+               {{31, 2100}, true},      {{1, 1, 300001}, false}, {{9000, 1, 40}, true},
+               {{40, 5, 300}, false},   {{300, 20, 130}, false}, {{3, 40, 2000}, false}};
   for (OpId id : kOps)
     for (DType t : {DType::f32, DType::bf16})
       for (const auto& c : cases) {

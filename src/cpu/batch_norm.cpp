@@ -1,115 +1,69 @@
-// BatchNorm family, CPU kernels (portable code shaped for the compiler's vectorizer, OpenMP).
+// BatchNorm family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable target
+// (Highway), chosen at run time.
 //
 // Both ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass.
-// The values of a channel are cut into chunks fixed by the shape alone; a chunk is summed in short
-// sequential runs and the chunk partials are combined by a fixed pairwise tree, so results are the
-// same bits for any thread count, and no term of any sum passes through more than 191 additions
-// inside its chunk (plus 3 for the lanes) and one per tree level: the tolerance model in
-// tests/support/tolerance.cpp allows min(Mc, 256) + 4·log2(Mc) + 8. Two traversals, chosen from the
+// The values of a channel are cut into pieces fixed by the shape (and the target's lane count);
+// each piece is summed into vector accumulators, and the piece partials are combined by a fixed
+// pairwise tree, so results are the same bits for any thread count. No term of any sum passes
+// through more than 128 sequential additions inside its piece, plus a few pairwise levels (the
+// accumulators, the lanes, a channel's columns) and one per tree level: the tolerance model in
+// tests/support/tolerance.cpp allows min(Mc, 256) + 4·log2(Mc) + 8. Two forms, chosen from the
 // shape:
-//   rows:   element (r, w) at r·width + w, channel w / group. NHWC (width C, group 1) and NCHW with a
-//           short spatial run (width C·spatial, group spatial): rows are read contiguously, the inner
-//           loop runs over columns, a task holds one chunk of rows for a block of whole channels.
-//   planes: NCHW with spatial >= 64: channel c of sample n is a contiguous run; a task sums one
-//           channel over a chunk of 1024 values in 8 lanes.
-// The forward's statistics are a two-pass mean and sum of squared deviations inside each chunk
-// (the chunk is still in cache for the second pass), merged across chunks with Chan's formula:
+//   columns: the tensor as rows of P contiguous values (NHWC: a position's C channels; NCHW with a
+//            short spatial run: a sample's C·spatial values, a channel's `spatial` columns
+//            adjacent). Rows narrower than kMinWidth are taken k at a time as super-rows. A piece
+//            is a chunk of up to 128 super-rows: each column accumulates down the rows in a
+//            vector lane, then a channel's columns (its k replicas and its adjacent columns) are
+//            summed pairwise.
+//   planes:  NCHW with spatial >= kPlaneMin, and any single channel: each (sample, channel) run is
+//            contiguous; a piece is a segment of 512 vectors of it, in four vector accumulators.
+// The forward's statistics are a mean and a sum of squared deviations from it inside each piece
+// (the piece is still in cache for the second sweep), merged across pieces with Chan's formula:
 // stable for data far from zero, and X is read from memory once for them.
+//
+// Traffic. The elementwise pass needs the whole channel's sums, so it reads X (and dY) a second
+// time. NCHW with enough channels runs fused tasks: a block of whole channels, all samples, both
+// passes, sized so that the block's inputs (up to kTaskBytes) are still in L2 when the write pass
+// re-reads them: each byte comes from memory once, as the bytes model counts. Otherwise (NHWC,
+// whose every row holds every channel, or too few channels to share among threads) the passes run
+// over the whole tensor one after the other; the write pass walks each thread's range backwards,
+// so it starts with what the reduction pass left in the caches. Outputs from stream_min_bytes() on
+// are written with non-temporal stores.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/batch_norm.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "core/workspace.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/simd-inl.h"
+#include "cpu/simd.hpp"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
 #include "ops/batch_norm.hpp"
 
-namespace gradops::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
-using detail::BatchNormDesc;
+using ::gradops::detail::BatchNormDesc;
 
-constexpr int64_t kPlaneMin = 64;         // NCHW spatial size from which runs are summed in place
-constexpr int64_t kPlaneChunk = 1024;     // values of one channel per chunk (planes)
-constexpr int kLanes = 8;                 // independent accumulators per planes task
-constexpr int64_t kBlockCols = 2048;      // columns per rows task (whole channels)
-constexpr int64_t kChunkElems = 32768;    // target elements per rows task (cache-resident)
-constexpr int64_t kMaxChunkRows = 128;    // rows per chunk at most: bounds the sequential runs
-constexpr int64_t kSegment = 16384;       // elementwise pass: values per task within one plane
+constexpr int64_t kChain = 128;           // sequential additions per accumulator within a piece
+constexpr int64_t kPlaneMin = 1024;       // NCHW spatial size from which runs are folded in place
+constexpr int64_t kMinWidth = 1024;       // columns form: narrower rows are merged into super-rows
+constexpr int64_t kMaxCols = 2048;        // columns accumulated at once (>= 2 kMinWidth, >= kPlaneMin)
+constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
+constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kGrain = 1 << 15;       // elements per thread below which work stays on one thread
 
-// How a channel's values are cut into chunks; a function of the shape only.
-struct Plan {
-  bool planes = false;
-  int64_t c = 0, count = 0;          // channels; values per channel (Mc)
-  int64_t n = 0, s = 0;              // planes: element (i, ch, j) at (i·c + ch)·s + j
-  int64_t rows = 0, width = 0, group = 1, block = 1, blocks = 0;  // rows
-  int64_t units = 0, per_chunk = 1, chunks = 0;  // chunks of per_chunk rows, or values (planes)
+template <class D> using V = hn::Vec<D>;
 
-  // Values of one channel in chunks [q0, q1).
-  int64_t values_in(int64_t q0, int64_t q1) const {
-    return (std::min(q1 * per_chunk, units) - q0 * per_chunk) * (planes ? 1 : group);
-  }
-  int64_t tasks() const { return planes ? chunks * c : chunks * blocks; }
-};
-
-// The NCHW view [n, c, s] with a single channel folded into one contiguous run.
-struct Canonical {
-  int64_t n, s;
-};
-Canonical canonical(const BatchNormDesc& d) {
-  if (d.c == 1) return {1, d.n * d.spatial};
-  return {d.n, d.spatial};
-}
-
-Plan make_plan(const BatchNormDesc& d) {
-  Plan p;
-  p.c = d.c;
-  p.count = d.n * d.spatial;
-  if (p.count == 0) return p;  // no chunks: every sum is 0
-  const Canonical v = canonical(d);
-  if (d.channels_last && d.c > 1) {
-    p.rows = p.count, p.width = d.c, p.group = 1;
-  } else if (v.s >= kPlaneMin) {
-    p.planes = true;
-    p.n = v.n, p.s = v.s;
-    p.units = p.count, p.per_chunk = kPlaneChunk, p.chunks = chunk_count(p.count, kPlaneChunk);
-    return p;
-  } else {
-    p.rows = v.n, p.width = d.c * v.s, p.group = v.s;
-  }
-  p.block = std::min(p.c, std::max<int64_t>(1, kBlockCols / p.group));
-  p.blocks = chunk_count(p.c, p.block);
-  p.units = p.rows;
-  p.per_chunk = std::clamp<int64_t>(kChunkElems / (p.block * p.group), 1, kMaxChunkRows);
-  p.chunks = chunk_count(p.rows, p.per_chunk);
-  return p;
-}
-
-template <class A>
-A lane_sum(const A* v) {  // fixed pairwise order
-  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-// Calls f(offset, len) on the contiguous runs of channel ch in planes chunk q, in order.
-template <class F>
-void for_each_run(const Plan& p, int64_t q, int64_t ch, F&& f) {
-  const int64_t m1 = std::min(p.count, (q + 1) * kPlaneChunk);
-  for (int64_t m = q * kPlaneChunk; m < m1;) {
-    const int64_t i = m / p.s, j = m % p.s, len = std::min(p.s - j, m1 - m);
-    f((i * p.c + ch) * p.s + j, len);
-    m += len;
-  }
-}
-
-// Lane l of acc gets the terms l, l + 8, ... of the run: independent chains the vectorizer can use.
-template <class A, class F>
-void accumulate_lanes(int64_t len, A* acc, F&& term) {
-  int64_t j = 0;
-  for (; j + kLanes <= len; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += term(j + l);
-  for (int l = 0; j < len; ++j, ++l) acc[l] += term(j);
-}
+// ---- per-channel values of any storage type -------------------------------------------------------
 
 template <class A>
 A load_as(DType t, const void* p, int64_t i) {
@@ -120,349 +74,628 @@ void store_as(DType t, void* p, int64_t i, A v) {
   if (p) visit_dtype(t, [&](auto tag) { store(static_cast<decltype(tag)*>(p), i, v); });
 }
 
-// Scratch: the chunk partials (two arrays of chunks × c, chunk-major) and `vectors` arrays of c.
-template <class A>
-struct Scratch {
-  detail::Workspace ws;
-  A* part0 = nullptr;
-  A* part1 = nullptr;
-  A* vec[6] = {};
+// ---- fixed-order sums ---------------------------------------------------------------------------
 
-  Status allocate(const Context& ctx, const Plan& p, int vectors, const char* op) {
-    const int64_t partials = p.chunks * p.c;
-    const std::size_t bytes = sizeof(A) * static_cast<std::size_t>(2 * partials + vectors * p.c);
-    if (Status s = ws.allocate(ctx, Device::cpu(), std::max<std::size_t>(bytes, sizeof(A)), op); !s) return s;
-    part0 = ws.as<A>();
-    part1 = part0 + partials;
-    for (int k = 0; k < vectors; ++k) vec[k] = part1 + partials + k * p.c;
+// The sum of term(j, valid) over the blocks of [0, n) in FoldBlocks' order (block b into
+// accumulator b mod 4, combined pairwise), then the lanes pairwise; a partial block's lanes past
+// `valid` are dropped.
+template <class D, class Term>
+HWY_INLINE hn::TFromD<D> SumOf(D d, int64_t n, Term term) {
+  using A = hn::TFromD<D>;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto acc = FoldBlocks(
+      d, n, hn::Zero(d),
+      [=](V<D> a, int64_t j, int64_t valid) HWY_ATTR {
+        auto t = term(j, valid);
+        if (valid < L) t = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), t);
+        return hn::Add(a, t);
+      },
+      [](V<D> a, V<D> b) HWY_ATTR { return hn::Add(a, b); });
+  return ReduceLanes(d, acc, [](A a, A b) { return a + b; });
+}
+
+// ---- the plan: pieces and traversals, from the shape -------------------------------------------------
+
+struct Plan {
+  bool planes = false;
+  int64_t c = 0, count = 0;  // channels; values per channel (Mc)
+  // planes: run (i, ch) of s values at (i·c + ch)·s, cut into segs segments of seg values;
+  // piece i·segs + g.
+  int64_t n = 0, s = 0, seg = 0, segs = 0;
+  // columns: `rows` rows of `period` values, channel (w mod period) / group for column w; super-row r
+  // = rows [r k, r k + k) at r·width, the last one possibly shorter; piece q = super-rows
+  // [q kChain, q kChain + kChain).
+  int64_t rows = 0, period = 0, group = 1, k = 1, srows = 0, width = 0;
+  int64_t pieces = 0;  // per channel
+
+  // Values of one channel in pieces [0, p).
+  int64_t values_upto(int64_t p) const {
+    if (planes) return (p / segs) * s + std::min(s, (p % segs) * seg);
+    return std::min(p * kChain * k, rows) * group;
+  }
+  int64_t srow_width(int64_t r) const { return r + 1 < srows ? width : (rows - r * k) * period; }
+  int64_t channel_of(int64_t w) const { return (w % period) / group; }
+};
+
+Plan make_plan(const BatchNormDesc& d, int64_t lanes) {
+  Plan p;
+  p.c = d.c;
+  p.count = d.n * d.spatial;
+  if (p.count == 0) return p;
+  if (d.c == 1 || (!d.channels_last && d.spatial >= kPlaneMin)) {
+    p.planes = true;
+    p.n = d.c == 1 ? 1 : d.n;
+    p.s = d.c == 1 ? p.count : d.spatial;
+    p.seg = kChain * 4 * lanes;
+    p.segs = chunk_count(p.s, p.seg);
+    p.pieces = p.n * p.segs;
+    return p;
+  }
+  if (d.channels_last) {
+    p.rows = p.count, p.period = d.c, p.group = 1;
+  } else {
+    p.rows = d.n, p.period = d.c * d.spatial, p.group = d.spatial;
+  }
+  p.k = p.period < kMinWidth ? chunk_count(kMinWidth, p.period) : 1;
+  p.srows = chunk_count(p.rows, p.k);
+  p.width = p.k * p.period;
+  p.pieces = chunk_count(p.srows, kChain);
+  return p;
+}
+
+// Splits [0, units) into `slots` contiguous ranges, one per thread, and runs f(u0, u1, slot);
+// non-temporal stores are flushed before a thread's work is handed back.
+template <class F>
+void ForEachSlot(int64_t units, int64_t slots, const Context& ctx, F&& f) {
+  parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) f(units * s / slots, units * (s + 1) / slots, s);
+    hwy::FlushStream();
+  });
+}
+// Threads for `units` of work, each taking at least `grain` of them.
+int64_t slot_count(int64_t units, int64_t grain, const Context& ctx) {
+  return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1))));
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+template <class T, bool kGrad, bool kStream>
+class Kernel {
+ public:
+  using D = ComputeTag<T>;
+  using A = hn::TFromD<D>;
+
+  Kernel(const BatchNormDesc& desc, const Context& ctx) : d_(desc), ctx_(ctx) {}
+
+  Status run() {
+    p_ = make_plan(d_, L);
+    const int64_t c = p_.c, threads = max_threads(ctx_);
+    x_ = static_cast<const T*>(d_.x);
+    dy_ = kGrad ? static_cast<const T*>(d_.dy) : nullptr;
+    out_ = static_cast<T*>(kGrad ? d_.dx : d_.y);
+
+    // Fused tasks: blocks of cb whole channels whose inputs fit kTaskBytes, at least
+    // kTasksPerThread per thread.
+    const int64_t in_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1);
+    int64_t cb = std::max<int64_t>(1, kTaskBytes / (std::max<int64_t>(p_.count, 1) * in_bytes));
+    if (!p_.planes) cb = std::min(cb, kMaxCols / p_.group);
+    block_ = std::max<int64_t>(1, std::min(cb, chunk_count(c, kTasksPerThread * threads)));
+    fused_ = p_.count > 0 && !d_.channels_last && c > 1 && (p_.planes || p_.k == 1) &&
+             (threads == 1 || c >= kTasksPerThread * threads);
+
+    // Scratch: piece partials, per-channel vectors, per-thread column arrays (accumulators and
+    // coefficients).
+    const int64_t parts = round_up(c * p_.pieces), vec = round_up(c);
+    const bool columns = !p_.planes && p_.count > 0;
+    slots_ = threads;
+    slot_stride_ = columns ? 7 * kColsArray : 0;
+    const int64_t total = 2 * parts + 6 * vec + slots_ * slot_stride_;
+    if (Status s = ws_.allocate(ctx_, Device::cpu(), sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(total, 1)),
+                                kGrad ? "BatchNormalizationGrad" : "BatchNormInternal");
+        !s)
+      return s;
+    A* w = ws_.as<A>();
+    part1_ = w, part2_ = w + parts, w += 2 * parts;
+    for (A*& v : vec_) v = w, w += vec;
+    slot_base_ = w, w += slots_ * slot_stride_;
+    std::fill(slot_base_, w, A(0));  // array slack is read (never used) by partial vectors
+
+    if constexpr (kGrad) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        scale_[ch] = load_as<A>(d_.t1, d_.scale, ch);
+        mean_[ch] = load_as<A>(d_.t2, d_.mean, ch);
+        istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
+      }
+    }
+    if (p_.count == 0) {  // no values: empty sums, nothing to write
+      for (int64_t ch = 0; ch < c; ++ch) finish(ch);
+      return {};
+    }
+    if (fused_) {
+      const int64_t blocks = chunk_count(c, block_);
+      ForEachSlot(blocks, slot_count(blocks, kGrain / (block_ * p_.count), ctx_), ctx_,
+                  [&](int64_t b0, int64_t b1, int64_t slot) { fused_range(b0, b1, slot); });
+      return {};
+    }
+    reduce_all();
+    parallel_for(c, std::max<int64_t>(1, kGrain / p_.pieces), ctx_, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) combine(ch);
+    });
+    for (int64_t ch = 0; ch < c; ++ch) finish(ch);
+    write_all();
     return {};
   }
-};
 
-// Runs the per-chunk kernel over every task: planes (q, ch) or rows (q, channel block).
-template <class F>
-void for_each_task(const Plan& p, const Context& ctx, F&& task) {
-  const int64_t task_elems = p.planes ? kPlaneChunk : p.per_chunk * p.block * p.group;
-  parallel_for(p.tasks(), std::max<int64_t>(1, kGrain / std::max<int64_t>(task_elems, 1)), ctx,
-               [&](int64_t t0, int64_t t1) {
-                 for (int64_t t = t0; t < t1; ++t) {
-                   if (p.planes) task(t / p.c, t % p.c);
-                   else task(t / p.blocks, t % p.blocks);
-                 }
-               });
-}
+ private:
+  // Fixed-width targets only (x86 and the portable one): Lanes == MaxLanes.
+  static constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(D()));
+  static constexpr int64_t kColsArray = (kMaxCols + L + 15) / 16 * 16;  // one column array, with slack
+  static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }     // keeps arrays 64-byte aligned
 
-// Rows task geometry: channels [c0, c1), columns [w0, w0 + wn), rows [r0, r1) of chunk q.
-struct RowsTask {
-  int64_t c0, c1, w0, wn, r0, r1;
-};
-RowsTask rows_task(const Plan& p, int64_t q, int64_t b) {
-  RowsTask t;
-  t.c0 = b * p.block;
-  t.c1 = std::min(p.c, t.c0 + p.block);
-  t.w0 = t.c0 * p.group;
-  t.wn = (t.c1 - t.c0) * p.group;
-  t.r0 = q * p.per_chunk;
-  t.r1 = std::min(p.rows, t.r0 + p.per_chunk);
-  return t;
-}
+  A* slot_array(int64_t slot, int i) const { return slot_base_ + slot * slot_stride_ + i * kColsArray; }
+  int64_t prefetch_ahead() const { return kPrefetchBytes / static_cast<int64_t>(sizeof(T)); }
 
-// out[i] = sum of the `group` adjacent columns of channel i, in column order.
-template <class A>
-void group_sums(const A* cols, int64_t channels, int64_t group, A* out) {
-  if (group == 1) {
-    std::copy(cols, cols + channels, out);
-    return;
-  }
-  for (int64_t i = 0; i < channels; ++i) {
-    A s = 0;
-    for (int64_t g = 0; g < group; ++g) s += cols[i * group + g];
-    out[i] = s;
-  }
-}
+  // ---- one run: a reduction sweep over one run while writing another -------------------------
 
-// cols[i·group + g] = v[i]: a per-channel value spread over the channel's columns.
-template <class A>
-void spread(const A* v, int64_t channels, int64_t group, A* cols) {
-  if (group == 1) {
-    std::copy(v, v + channels, cols);
-    return;
-  }
-  for (int64_t i = 0; i < channels; ++i) std::fill(cols + i * group, cols + (i + 1) * group, v[i]);
-}
-
-// The elementwise pass: f(offset, len, ch) on runs of one channel (NCHW planes, split into
-// segments), or g(row offset) on rows of c channels (NHWC, or NCHW with spatial 1).
-template <class FRun, class FRow>
-void for_each_element(const BatchNormDesc& d, const Context& ctx, FRun&& run, FRow&& row) {
-  if (d.n * d.spatial == 0) return;
-  const Canonical v = canonical(d);
-  if ((d.channels_last && d.c > 1) || v.s == 1) {
-    const int64_t rows = d.n * d.spatial;
-    parallel_for(rows, std::max<int64_t>(1, kGrain / d.c), ctx, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) row(r * d.c);
-    });
-    return;
-  }
-  const int64_t segs = chunk_count(v.s, kSegment), planes = v.n * d.c;
-  parallel_for(planes * segs, std::max<int64_t>(1, kGrain / std::min(v.s, kSegment)), ctx,
-               [&](int64_t t0, int64_t t1) {
-                 for (int64_t t = t0; t < t1; ++t) {
-                   const int64_t pl = t / segs, sg = t % segs, j = sg * kSegment;
-                   run(pl * v.s + j, std::min(kSegment, v.s - j), pl % d.c);
-                 }
-               });
-}
-
-// ---- BatchNormalizationGrad ---------------------------------------------------------------------
-
-// Per chunk and channel: sum dY and sum dY·(x - mean); the second becomes S2 = sum dY·xhat once
-// multiplied by inv_std after the combine.
-template <class T, class A>
-void grad_chunk_sums(const Plan& p, const T* dy, const T* x, const A* mean, A* s1, A* s2, const Context& ctx) {
-  for_each_task(p, ctx, [&](int64_t q, int64_t k) {
-    if (p.planes) {
-      A a1[kLanes] = {}, a2[kLanes] = {};
-      const A mu = mean[k];
-      for_each_run(p, q, k, [&](int64_t off, int64_t len) {
-        const T* g = dy + off;
-        const T* v = x + off;
-        accumulate_lanes(len, a1, [&](int64_t j) { return load<A>(g, j); });
-        accumulate_lanes(len, a2, [&](int64_t j) { return load<A>(g, j) * (load<A>(v, j) - mu); });
-      });
-      s1[q * p.c + k] = lane_sum(a1);
-      s2[q * p.c + k] = lane_sum(a2);
-      return;
-    }
-    const RowsTask t = rows_task(p, q, k);
-    A a1[kBlockCols], a2[kBlockCols], mu[kBlockCols];
-    std::fill(a1, a1 + t.wn, A(0));
-    std::fill(a2, a2 + t.wn, A(0));
-    spread(mean + t.c0, t.c1 - t.c0, p.group, mu);
-    for (int64_t r = t.r0; r < t.r1; ++r) {
-      const T* g = dy + r * p.width + t.w0;
-      const T* v = x + r * p.width + t.w0;
-      #pragma omp simd
-      for (int64_t w = 0; w < t.wn; ++w) {
-        const A gw = load<A>(g, w);
-        a1[w] += gw;
-        a2[w] += gw * (load<A>(v, w) - mu[w]);
-      }
-    }
-    group_sums(a1, t.c1 - t.c0, p.group, s1 + q * p.c + t.c0);
-    group_sums(a2, t.c1 - t.c0, p.group, s2 + q * p.c + t.c0);
-  });
-}
-
-// Pairwise tree over the chunks, per channel; the totals end in chunk 0.
-template <class A>
-void combine_sums(const Plan& p, A* s1, A* s2, const Context& ctx) {
-  const int64_t nq = p.chunks, c = p.c;
-  parallel_for(c, std::max<int64_t>(1, kGrain / std::max<int64_t>(nq, 1)), ctx, [&](int64_t c0, int64_t c1) {
-    for (int64_t step = 1; step < nq; step *= 2)
-      for (int64_t q = 0; q + step < nq; q += 2 * step) {
-        A* a1 = s1 + q * c;
-        A* a2 = s2 + q * c;
-        const A* b1 = s1 + (q + step) * c;
-        const A* b2 = s2 + (q + step) * c;
-        #pragma omp simd
-        for (int64_t ch = c0; ch < c1; ++ch) a1[ch] += b1[ch], a2[ch] += b2[ch];
-      }
-  });
-}
-
-template <class T>
-Status run_grad(const BatchNormDesc& d, const Context& ctx) {
-  using A = compute_t<T>;
-  const Plan p = make_plan(d);
-  Scratch<A> sc;
-  if (Status s = sc.allocate(ctx, p, 6, "BatchNormalizationGrad"); !s) return s;
-  A *scale = sc.vec[0], *mean = sc.vec[1], *istd = sc.vec[2], *ca = sc.vec[3], *cb = sc.vec[4], *cc = sc.vec[5];
-  for (int64_t ch = 0; ch < p.c; ++ch) {
-    scale[ch] = load_as<A>(d.t1, d.scale, ch);
-    mean[ch] = load_as<A>(d.t2, d.mean, ch);
-    istd[ch] = load_as<A>(d.t2, d.inv_std, ch);
-  }
-  const T* dy = static_cast<const T*>(d.dy);
-  const T* x = static_cast<const T*>(d.x);
-  grad_chunk_sums(p, dy, x, mean, sc.part0, sc.part1, ctx);
-  combine_sums(p, sc.part0, sc.part1, ctx);
-
-  // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, written as ca·dY + cb + cc·(x - mean) so
-  // that x - mean is formed before any scaling (x may sit far from zero).
-  const A inv_count = p.count > 0 ? A(1) / A(p.count) : A(0);
-  for (int64_t ch = 0; ch < p.c; ++ch) {
-    const A s1 = p.chunks ? sc.part0[ch] : A(0);
-    const A s2 = p.chunks ? istd[ch] * sc.part1[ch] : A(0);
-    store_as(d.t1, d.dbias, ch, s1);
-    store_as(d.t1, d.dscale, ch, s2);
-    const A k = scale[ch] * istd[ch];
-    ca[ch] = k;
-    cb[ch] = -(k * (s1 * inv_count));
-    cc[ch] = -(k * istd[ch]) * (s2 * inv_count);
-  }
-  T* dx = static_cast<T*>(d.dx);
-  for_each_element(
-      d, ctx,
-      [&](int64_t off, int64_t len, int64_t ch) {
-        const A a = ca[ch], b = cb[ch], c = cc[ch], mu = mean[ch];
-        const T* g = dy + off;
-        const T* v = x + off;
-        T* out = dx + off;
-        #pragma omp simd
-        for (int64_t j = 0; j < len; ++j) store(out, j, a * load<A>(g, j) + b + c * (load<A>(v, j) - mu));
-      },
-      [&](int64_t off) {
-        const T* g = dy + off;
-        const T* v = x + off;
-        T* out = dx + off;
-        #pragma omp simd
-        for (int64_t ch = 0; ch < p.c; ++ch)
-          store(out, ch, ca[ch] * load<A>(g, ch) + cb[ch] + cc[ch] * (load<A>(v, ch) - mean[ch]));
-      });
-  return {};
-}
-
-// ---- BatchNormInternal (training) ---------------------------------------------------------------
-
-// Per chunk and channel: the chunk's mean and sum of squared deviations from it.
-template <class T, class A>
-void forward_chunk_stats(const Plan& p, const T* x, A* cmean, A* cm2, const Context& ctx) {
-  for_each_task(p, ctx, [&](int64_t q, int64_t k) {
-    const A cnt = A(p.values_in(q, q + 1));
-    if (p.planes) {
-      A acc[kLanes] = {};
-      for_each_run(p, q, k, [&](int64_t off, int64_t len) {
-        const T* v = x + off;
-        accumulate_lanes(len, acc, [&](int64_t j) { return load<A>(v, j); });
-      });
-      const A mu = lane_sum(acc) / cnt;
-      std::fill(acc, acc + kLanes, A(0));
-      for_each_run(p, q, k, [&](int64_t off, int64_t len) {
-        const T* v = x + off;
-        accumulate_lanes(len, acc, [&](int64_t j) {
-          const A e = load<A>(v, j) - mu;
-          return e * e;
-        });
-      });
-      cmean[q * p.c + k] = mu;
-      cm2[q * p.c + k] = lane_sum(acc);
-      return;
-    }
-    const RowsTask t = rows_task(p, q, k);
-    A acc[kBlockCols], mu[kBlockCols];
-    std::fill(acc, acc + t.wn, A(0));
-    for (int64_t r = t.r0; r < t.r1; ++r) {
-      const T* v = x + r * p.width + t.w0;
-      #pragma omp simd
-      for (int64_t w = 0; w < t.wn; ++w) acc[w] += load<A>(v, w);
-    }
-    A* m = cmean + q * p.c + t.c0;
-    const int64_t nch = t.c1 - t.c0;
-    group_sums(acc, nch, p.group, m);
-    for (int64_t i = 0; i < nch; ++i) m[i] /= cnt;
-    spread(m, nch, p.group, mu);
-    std::fill(acc, acc + t.wn, A(0));
-    for (int64_t r = t.r0; r < t.r1; ++r) {
-      const T* v = x + r * p.width + t.w0;
-      #pragma omp simd
-      for (int64_t w = 0; w < t.wn; ++w) {
-        const A e = load<A>(v, w) - mu[w];
-        acc[w] += e * e;
-      }
-    }
-    group_sums(acc, nch, p.group, cm2 + q * p.c + t.c0);
-  });
-}
-
-// Chan et al.'s pairwise merge of (count, mean, M2) over the same tree as combine_sums.
-template <class A>
-void combine_stats(const Plan& p, A* cmean, A* cm2, const Context& ctx) {
-  const int64_t nq = p.chunks, c = p.c;
-  parallel_for(c, std::max<int64_t>(1, kGrain / std::max<int64_t>(nq, 1)), ctx, [&](int64_t c0, int64_t c1) {
-    for (int64_t step = 1; step < nq; step *= 2)
-      for (int64_t q = 0; q + step < nq; q += 2 * step) {
-        const double na = static_cast<double>(p.values_in(q, q + step));
-        const double nb = static_cast<double>(p.values_in(q + step, std::min(q + 2 * step, nq)));
-        const A wb = static_cast<A>(nb / (na + nb)), wab = static_cast<A>(na * nb / (na + nb));
-        A* ma = cmean + q * c;
-        A* va = cm2 + q * c;
-        const A* mb = cmean + (q + step) * c;
-        const A* vb = cm2 + (q + step) * c;
-        #pragma omp simd
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          const A delta = mb[ch] - ma[ch];
-          ma[ch] += delta * wb;
-          va[ch] += vb[ch] + delta * delta * wab;
+  // Columns form, with the slot's arrays at sb (slot_array order: acc, acc2, mu, then the write's
+  // coefficients a, b, c, mean; one register addresses them all). Reduces the nr values at off_r
+  // into column accumulators (kSweep 1: acc += dY and acc2 += dY·(x - mu) for the grad, acc += x
+  // for the forward; kSweep 2: acc += (x - mu)², from cache, no prefetch), prefetching the inputs
+  // at j + ahead_r, while writing the nw outputs at off_w (kPrefetchW: prefetching j + ahead_w).
+  template <int kSweep, bool kPrefetchW>
+  void columns_run(int64_t off_r, int64_t nr, int64_t ahead_r, A* sb, int64_t off_w, int64_t nw, int64_t ahead_w) {
+    const D d;
+    constexpr int64_t K = kColsArray;
+    const T* xr = x_ + off_r;
+    const T* gr = kGrad ? dy_ + off_r : nullptr;
+    auto step = [=](V<D> unused, int64_t j, int64_t valid) HWY_ATTR {
+      if constexpr (kSweep > 0) {
+        A* acc = sb + j;
+        if constexpr (kSweep == 1) hwy::Prefetch(xr + j + ahead_r);
+        const auto xv = LoadWideN(d, xr + j, valid);
+        if constexpr (kGrad) {
+          hwy::Prefetch(gr + j + ahead_r);
+          const auto gv = LoadWideN(d, gr + j, valid);
+          auto e = hn::Sub(xv, hn::Load(d, acc + 2 * K));
+          if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+          hn::Store(hn::Add(hn::Load(d, acc), gv), d, acc);
+          hn::Store(hn::MulAdd(gv, e, hn::Load(d, acc + K)), d, acc + K);
+        } else if constexpr (kSweep == 2) {
+          auto e = hn::Sub(xv, hn::Load(d, acc + 2 * K));
+          if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+          hn::Store(hn::MulAdd(e, e, hn::Load(d, acc)), d, acc);
+        } else {
+          hn::Store(hn::Add(hn::Load(d, acc), xv), d, acc);
         }
       }
-  });
-}
+      return unused;
+    };
+    const T* xw = x_ + off_w;
+    const T* gw = kGrad ? dy_ + off_w : nullptr;
+    auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
+      const A* cf = sb + 3 * K + j;  // a, b, c, mean
+      if constexpr (kPrefetchW) hwy::Prefetch(xw + j + ahead_w);
+      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), hn::LoadU(d, cf + 3 * K));
+      if constexpr (kGrad) {
+        if constexpr (kPrefetchW) hwy::Prefetch(gw + j + ahead_w);
+        return hn::MulAdd(hn::LoadU(d, cf), LoadWideN(d, gw + j, valid),
+                          hn::MulAdd(hn::LoadU(d, cf + 2 * K), e, hn::LoadU(d, cf + K)));
+      } else {
+        return hn::MulAdd(e, hn::LoadU(d, cf), hn::LoadU(d, cf + K));
+      }
+    };
+    FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step, [](V<D> u, V<D>) HWY_ATTR { return u; },
+                               out_ + off_w, nw, value);
+  }
+
+  // Planes form. Sums the nr values at off_r (kSweep 1: grad *s1 = Σ dY, *s2 = Σ dY·(x - mu),
+  // forward *s1 = Σ x; kSweep 2: *s1 = Σ (x - mu)², from cache), prefetching into `next` past the
+  // run's end, while writing the nw outputs at off_w with channel ch_w's coefficients.
+  template <int kSweep>
+  void planes_run(int64_t off_r, int64_t nr, int64_t next_r, A mu, A* s1, A* s2, int64_t off_w, int64_t nw,
+                  int64_t ahead_w, int64_t ch_w) {
+    const D d;
+    const T* xr = x_ + off_r;
+    const T* gr = kGrad ? dy_ + off_r : nullptr;
+    const int64_t ahead = prefetch_ahead();
+    const int64_t skip = next_r - off_r - nr;  // from the run's end to the next run
+    const auto vmu = hn::Set(d, mu);
+    // The grad's second sum: accumulator b mod 4 of FoldBlocks' order, kept in memory by the step.
+    HWY_ALIGN A second[4 * L] = {};
+    A* sec = second;
+    auto step = [=](V<D> acc, int64_t j, int64_t valid) HWY_ATTR {
+      if constexpr (kSweep == 0) {
+        return acc;
+      } else {
+        const int64_t at = j + ahead < nr ? j + ahead : j + ahead + skip;
+        if constexpr (kSweep == 1) hwy::Prefetch(xr + at);
+        const auto xv = LoadWideN(d, xr + j, valid);
+        if constexpr (kSweep == 2) {
+          auto e = hn::Sub(xv, vmu);
+          if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+          return hn::MulAdd(e, e, acc);
+        } else if constexpr (kGrad) {
+          hwy::Prefetch(gr + at);
+          const auto gv = LoadWideN(d, gr + j, valid);
+          auto e = hn::Sub(xv, vmu);
+          if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+          A* s = sec + ((j / L) & 3) * L;
+          hn::Store(hn::MulAdd(gv, e, hn::Load(d, s)), d, s);
+          return hn::Add(acc, gv);
+        } else {
+          return hn::Add(acc, xv);
+        }
+      }
+    };
+    const A ch_a = nw ? ca_[ch_w] : A(0), ch_b = nw ? cb_[ch_w] : A(0);
+    const A ch_c = nw && kGrad ? cc_[ch_w] : A(0), ch_m = nw ? mean_[ch_w] : A(0);
+    const auto a = hn::Set(d, ch_a), b = hn::Set(d, ch_b), c = hn::Set(d, ch_c), m = hn::Set(d, ch_m);
+    const T* xw = x_ + off_w;
+    const T* gw = kGrad ? dy_ + off_w : nullptr;
+    auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
+      if (ahead_w) hwy::Prefetch(xw + j + ahead_w);
+      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), m);
+      if constexpr (kGrad) {
+        if (ahead_w) hwy::Prefetch(gw + j + ahead_w);
+        return hn::MulAdd(a, LoadWideN(d, gw + j, valid), hn::MulAdd(c, e, b));
+      } else {
+        return hn::MulAdd(e, a, b);
+      }
+    };
+    const auto total = FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step,
+                                                  [](V<D> u, V<D> v) HWY_ATTR { return hn::Add(u, v); },
+                                                  out_ + off_w, nw, value);
+    if constexpr (kSweep > 0) {
+      const auto plus = [](A u, A v) { return u + v; };
+      *s1 = ReduceLanes(d, total, plus);
+      if constexpr (kGrad && kSweep == 1) {
+        const auto s = hn::Add(hn::Add(hn::Load(d, sec), hn::Load(d, sec + L)),
+                               hn::Add(hn::Load(d, sec + 2 * L), hn::Load(d, sec + 3 * L)));
+        *s2 = ReduceLanes(d, s, plus);
+      }
+    }
+  }
+
+  // ---- pieces ----
+
+  // Columns: piece q of the channels of columns [w0, w0 + wn) (a super-row's, all of them when
+  // k > 1); when ww >= 0, writes the same rows' columns [ww, ww + wn) alongside, with the
+  // coefficient arrays of slot arrays 3..6.
+  void columns_piece(int64_t q, int64_t w0, int64_t wn, int64_t ww, int64_t slot) {
+    A* acc = slot_array(slot, 0);
+    A* acc2 = slot_array(slot, 1);
+    A* mu = slot_array(slot, 2);
+    const int64_t r0 = q * kChain, r1 = std::min(p_.srows, r0 + kChain), stride = p_.width;
+    // Prefetch along a row into the next when rows are adjacent, else the next row's columns.
+    const int64_t ahead = wn == stride ? prefetch_ahead() : stride;
+    const int64_t span = (wn + L - 1) / L * L;
+    auto sweep = [&](auto tag) {
+      constexpr int kSweep = decltype(tag)::value;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = std::min(wn, p_.srow_width(r) - w0);
+        const bool write = kSweep == 1 && ww >= 0;
+        columns_run<kSweep, false>(r * stride + w0, n, ahead, acc, r * stride + ww, write ? n : 0, 0);
+      }
+    };
+    std::fill(acc, acc + span, A(0));
+    if constexpr (kGrad) {
+      std::fill(acc2, acc2 + span, A(0));
+      spread(mean_, w0, wn, mu);
+      sweep(std::integral_constant<int, 1>());
+      fold_columns(acc, w0, wn, q, part1_);
+      fold_columns(acc2, w0, wn, q, part2_);
+    } else {
+      sweep(std::integral_constant<int, 1>());
+      fold_columns(acc, w0, wn, q, part1_);
+      // Piece means, spread back over the columns, for the squared deviations.
+      const A cnt = static_cast<A>(p_.values_upto(q + 1) - p_.values_upto(q));
+      const int64_t c0 = p_.channel_of(w0), c1 = p_.k > 1 ? p_.c : c0 + wn / p_.group;
+      for (int64_t ch = c0; ch < c1; ++ch) part1_[ch * p_.pieces + q] /= cnt;
+      spread(part1_ + q, w0, wn, mu, p_.pieces);
+      std::fill(acc, acc + span, A(0));
+      sweep(std::integral_constant<int, 2>());
+      fold_columns(acc, w0, wn, q, part2_);
+    }
+  }
+
+  // Columns: the channel sums of acc over the block's columns [0, wn) starting at column w0 of a
+  // super-row, into piece q of each channel the block holds.
+  void fold_columns(A* acc, int64_t w0, int64_t wn, int64_t q, A* dst) {
+    const D d;
+    const int64_t P = p_.period, g = p_.group;
+    if (p_.k > 1) {  // the k replicas of each column, pairwise (the block is the whole super-row)
+      for (int64_t step = 1; step < p_.k; step *= 2)
+        for (int64_t r = 0; r + step < p_.k; r += 2 * step) {
+          A* a = acc + r * P;
+          const A* b = acc + (r + step) * P;
+          int64_t w = 0;
+          for (; w + L <= P; w += L) hn::StoreU(hn::Add(hn::LoadU(d, a + w), hn::LoadU(d, b + w)), d, a + w);
+          for (; w < P; ++w) a[w] += b[w];
+        }
+      wn = P;
+    }
+    const int64_t c0 = p_.channel_of(w0), c1 = c0 + wn / g;
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const A* col = acc + (ch - c0) * g;
+      dst[ch * p_.pieces + q] =
+          g == 1 ? col[0] : SumOf(d, g, [=](int64_t j, int64_t) HWY_ATTR { return hn::LoadU(d, col + j); });
+    }
+  }
+
+  // Planes: the pieces of channel ch (all samples, all segments); when ch_w >= 0, writes channel
+  // ch_w's same segments alongside. `last`: the offset the thread reads after the channel.
+  void planes_channel(int64_t ch, int64_t ch_w, int64_t last) {
+    for (int64_t i = 0; i < p_.n; ++i)
+      for (int64_t g = 0; g < p_.segs; ++g) {
+        const int64_t off = (i * p_.c + ch) * p_.s + g * p_.seg, len = std::min(p_.seg, p_.s - g * p_.seg);
+        const int64_t next = g + 1 < p_.segs ? off + len : i + 1 < p_.n ? ((i + 1) * p_.c + ch) * p_.s : last;
+        const int64_t off_w = ch_w >= 0 ? off + (ch_w - ch) * p_.s : 0;
+        planes_piece(ch, i * p_.segs + g, off, len, next, off_w, ch_w >= 0 ? len : 0, ch_w);
+      }
+  }
+
+  // Planes: piece q of channel ch, the run of len values at off (then reading `next`), writing
+  // nw values at off_w for channel ch_w alongside.
+  void planes_piece(int64_t ch, int64_t q, int64_t off, int64_t len, int64_t next, int64_t off_w, int64_t nw,
+                    int64_t ch_w) {
+    A* s1 = part1_ + ch * p_.pieces + q;
+    A* s2 = part2_ + ch * p_.pieces + q;
+    if constexpr (kGrad) {
+      planes_run<1>(off, len, next, mean_[ch], s1, s2, off_w, nw, 0, ch_w);
+    } else {
+      A sum;
+      planes_run<1>(off, len, next, A(0), &sum, nullptr, off_w, nw, 0, ch_w);
+      *s1 = sum / static_cast<A>(len);
+      planes_run<2>(off, len, next, *s1, s2, nullptr, 0, 0, 0, 0);
+    }
+  }
+
+  // dst[w] = v[stride · (channel of column w0 + w)], w in [0, wn): a channel's runs of adjacent
+  // columns, no division per column.
+  void spread(const A* v, int64_t w0, int64_t wn, A* dst, int64_t stride = 1) const {
+    const int64_t col = w0 % p_.period;
+    int64_t ch = col / p_.group, in = col % p_.group;
+    for (int64_t w = 0; w < wn; in = 0, ch = ch + 1 == p_.c ? 0 : ch + 1) {
+      const int64_t len = std::min(p_.group - in, wn - w);
+      std::fill(dst + w, dst + w + len, v[ch * stride]);
+      w += len;
+    }
+  }
+
+  // Per-column coefficients a, b, c, mean for columns [w0, w0 + wn) into the slot's arrays 3..6.
+  void spread_coefficients(int64_t w0, int64_t wn, int64_t slot) const {
+    spread(ca_, w0, wn, slot_array(slot, 3));
+    spread(cb_, w0, wn, slot_array(slot, 4));
+    spread(kGrad ? cc_ : ca_, w0, wn, slot_array(slot, 5));
+    spread(mean_, w0, wn, slot_array(slot, 6));
+  }
+
+  // ---- combining, per channel ----
+
+  // Pairwise tree over the channel's pieces; the totals end in piece 0.
+  void combine(int64_t ch) {
+    A* a1 = part1_ + ch * p_.pieces;
+    A* a2 = part2_ + ch * p_.pieces;
+    const int64_t nq = p_.pieces;
+    for (int64_t step = 1; step < nq; step *= 2)
+      for (int64_t q = 0; q + step < nq; q += 2 * step) {
+        if constexpr (kGrad) {
+          a1[q] += a1[q + step];
+          a2[q] += a2[q + step];
+        } else {  // Chan et al.: (count, mean, M2) pairs
+          const double na = static_cast<double>(p_.values_upto(q + step) - p_.values_upto(q));
+          const double nb = static_cast<double>(p_.values_upto(std::min(q + 2 * step, nq)) - p_.values_upto(q + step));
+          const A wb = static_cast<A>(nb / (na + nb)), wab = static_cast<A>(na * nb / (na + nb));
+          const A delta = a1[q + step] - a1[q];
+          a1[q] += delta * wb;
+          a2[q] += a2[q + step] + delta * delta * wab;
+        }
+      }
+  }
+
+  // The channel's outputs and its elementwise coefficients, from the combined sums.
+  void finish(int64_t ch) {
+    const bool any = p_.count > 0;
+    const A t1 = any ? part1_[ch * p_.pieces] : A(0), t2 = any ? part2_[ch * p_.pieces] : A(0);
+    if constexpr (kGrad) {
+      // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean) so that
+      // x - mean is formed before any scaling (x may sit far from zero).
+      const A inv_count = any ? A(1) / static_cast<A>(p_.count) : A(0);
+      const A s1 = t1, s2 = any ? istd_[ch] * t2 : A(0);
+      store_as(d_.t1, d_.dbias, ch, s1);
+      store_as(d_.t1, d_.dscale, ch, s2);
+      const A a = scale_[ch] * istd_[ch];
+      ca_[ch] = a;
+      cb_[ch] = -(a * (s1 * inv_count));
+      cc_[ch] = -(a * istd_[ch]) * (s2 * inv_count);
+    } else {
+      // Mc = 0: no batch, so the running statistics pass through unchanged (PyTorch skips the
+      // update too) and the saved ones are those of an empty sum: mean 0, variance 0. Mc = 1: the
+      // unbiased variance is undefined and running_var becomes NaN, as cuDNN's and PyTorch's
+      // formulas give.
+      const A eps = static_cast<A>(d_.epsilon), mom = static_cast<A>(d_.momentum), keep = A(1) - mom;
+      // Read before any write: running_* may be the very buffers of input_*.
+      const A old_mean = load_as<A>(d_.t2, d_.input_mean, ch), old_var = load_as<A>(d_.t2, d_.input_var, ch);
+      A mu = 0, var = 0, unbiased = std::numeric_limits<A>::quiet_NaN();
+      if (any) {
+        mu = t1;
+        var = t2 / static_cast<A>(p_.count);
+        if (p_.count > 1) unbiased = t2 / static_cast<A>(p_.count - 1);
+      }
+      const A istd = A(1) / std::sqrt(var + eps);
+      store_as(d_.t2, d_.saved_mean, ch, mu);
+      store_as(d_.t2, d_.saved_inv_std, ch, istd);
+      store_as(d_.t2, d_.running_mean, ch, any ? mom * old_mean + keep * mu : old_mean);
+      store_as(d_.t2, d_.running_var, ch, any ? mom * old_var + keep * unbiased : old_var);
+      mean_[ch] = mu;
+      ca_[ch] = istd * load_as<A>(d_.t1, d_.scale, ch);
+      cb_[ch] = load_as<A>(d_.t1, d_.bias, ch);
+    }
+  }
+
+  // ---- fused: blocks of whole channels, both passes ----
+
+  // Blocks [b0, b1) on one thread. The write pass of block b runs in one loop with the reduction
+  // of block b + 1 (the same geometry, cb channels further on), so that reads from memory go on
+  // while block b's outputs are written from its inputs still in L2: one block later, in the same
+  // order, so each input is re-read after one block's worth of other reads.
+  void fused_range(int64_t b0, int64_t b1, int64_t slot) {
+    auto channels = [&](int64_t b) { return std::min(p_.c, (b + 1) * block_) - b * block_; };
+    reduce_block(b0, -1, slot);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t c0 = b * block_, c1 = c0 + channels(b);
+      for (int64_t ch = c0; ch < c1; ++ch) combine(ch), finish(ch);
+      if (!p_.planes) spread_coefficients(c0 * p_.group, (c1 - c0) * p_.group, slot);
+      if (b + 1 < b1 && channels(b + 1) == channels(b)) {
+        reduce_block(b + 1, b, slot);
+      } else {
+        write_block(b, slot);
+        if (b + 1 < b1) reduce_block(b + 1, -1, slot);
+      }
+    }
+  }
+
+  // Block b's pieces; when wb >= 0, block wb's outputs alongside (same size).
+  void reduce_block(int64_t b, int64_t wb, int64_t slot) {
+    const int64_t c0 = b * block_, c1 = std::min(p_.c, c0 + block_);
+    if (p_.planes) {
+      for (int64_t ch = c0; ch < c1; ++ch)
+        planes_channel(ch, wb >= 0 ? ch - (b - wb) * block_ : -1, (ch + 1) * p_.s);
+      return;
+    }
+    const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group, ww = wb >= 0 ? wb * block_ * p_.group : -1;
+    for (int64_t q = 0; q < p_.pieces; ++q) columns_piece(q, w0, wn, ww, slot);
+  }
+
+  // Block b's outputs alone, backwards: the inputs read last are still in cache.
+  void write_block(int64_t b, int64_t slot) {
+    const int64_t c0 = b * block_, c1 = std::min(p_.c, c0 + block_);
+    if (p_.planes) {
+      for (int64_t ch = c1 - 1; ch >= c0; --ch)
+        for (int64_t i = p_.n - 1; i >= 0; --i)
+          planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, (i * p_.c + ch) * p_.s, p_.s, 0, ch);
+      return;
+    }
+    const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group;
+    for (int64_t r = p_.rows - 1; r >= 0; --r) columns_run<0, false>(0, 0, 0, slot_array(slot, 0), r * p_.period + w0, wn, 0);
+  }
+
+  // ---- split: each pass over the whole tensor ----
+
+  // Columns handled at once: whole channels, the whole super-row when k > 1.
+  int64_t block_columns() const {
+    return p_.k > 1 ? p_.width : std::max<int64_t>(1, kMaxCols / p_.group) * p_.group;
+  }
+
+  void reduce_all() {
+    const int64_t c = p_.c;
+    if (p_.planes) {  // pieces (i, ch, g) in memory order
+      const int64_t tasks = p_.n * c * p_.segs;
+      ForEachSlot(tasks, slot_count(tasks, kGrain / p_.seg, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t g = t % p_.segs, plane = t / p_.segs;
+          const int64_t off = plane * p_.s + g * p_.seg, len = std::min(p_.seg, p_.s - g * p_.seg);
+          planes_piece(plane % c, (plane / c) * p_.segs + g, off, len, off + len, 0, 0, 0);
+        }
+      });
+      return;
+    }
+    // Pieces (q, column block).
+    const int64_t bw = block_columns(), nb = chunk_count(p_.width, bw);
+    const int64_t tasks = p_.pieces * nb;
+    const int64_t task_elems = std::min(p_.srows, kChain) * std::min(bw, p_.width);
+    ForEachSlot(tasks, slot_count(tasks, kGrain / task_elems, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t slot) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t w0 = (t % nb) * bw;
+        columns_piece(t / nb, w0, std::min(bw, p_.width - w0), -1, slot);
+      }
+    });
+  }
+
+  // Each thread walks its range backwards, so it starts where the reduction left the caches
+  // warmest, prefetching the run it writes next.
+  void write_all() {
+    if (p_.planes) {
+      const int64_t tasks = p_.n * p_.c * p_.segs;
+      ForEachSlot(tasks, slot_count(tasks, kGrain / p_.seg, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t) {
+        for (int64_t t = t1 - 1; t >= t0; --t) {
+          const int64_t plane = t / p_.segs, g = t % p_.segs;
+          const int64_t off = plane * p_.s + g * p_.seg;
+          planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, off, std::min(p_.seg, p_.s - g * p_.seg), -p_.seg,
+                        plane % p_.c);
+        }
+      });
+      return;
+    }
+    // Column blocks outermost: each thread spreads a block's coefficients once.
+    const int64_t bw = block_columns(), nb = chunk_count(p_.width, bw);
+    ForEachSlot(p_.srows, slot_count(p_.srows, kGrain / p_.width, ctx_), ctx_, [&](int64_t r0, int64_t r1, int64_t slot) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t w0 = b * bw, wn = std::min(bw, p_.width - w0);
+        spread_coefficients(w0, wn, slot);
+        for (int64_t r = r1 - 1; r >= r0; --r) {
+          const int64_t n = std::min(wn, p_.srow_width(r) - w0);
+          if (n > 0) columns_run<0, true>(0, 0, 0, slot_array(slot, 0), r * p_.width + w0, n, -p_.width);
+        }
+      }
+    });
+  }
+
+  const BatchNormDesc& d_;
+  const Context& ctx_;
+  Plan p_;
+  const T* x_ = nullptr;
+  const T* dy_ = nullptr;
+  T* out_ = nullptr;
+  bool fused_ = false;
+  int64_t block_ = 1, slots_ = 1, slot_stride_ = 0;
+  ::gradops::detail::Workspace ws_;
+  A* part1_ = nullptr;  // grad: Σ dY pieces; forward: piece means
+  A* part2_ = nullptr;  // grad: Σ dY·(x - mean) pieces; forward: piece M2
+  A* vec_[6] = {};
+  A*& scale_ = vec_[0];  // grad only
+  A*& istd_ = vec_[1];   // grad only
+  A*& mean_ = vec_[2];   // grad: the saved mean; forward: the batch mean
+  A*& ca_ = vec_[3];     // a: the dY (grad) or x - mean (forward) coefficient
+  A*& cb_ = vec_[4];     // b: the constant term
+  A*& cc_ = vec_[5];     // c: the x - mean coefficient (grad only)
+  A* slot_base_ = nullptr;
+};
 
 template <class T>
-Status run_forward(const BatchNormDesc& d, const Context& ctx) {
-  using A = compute_t<T>;
-  const Plan p = make_plan(d);
-  Scratch<A> sc;
-  if (Status s = sc.allocate(ctx, p, 3, "BatchNormInternal"); !s) return s;
-  A *mean = sc.vec[0], *coef = sc.vec[1], *shift = sc.vec[2];
-  const T* x = static_cast<const T*>(d.x);
-  forward_chunk_stats(p, x, sc.part0, sc.part1, ctx);
-  combine_stats(p, sc.part0, sc.part1, ctx);
-
-  // Mc = 0: no batch, so the running statistics pass through unchanged (PyTorch skips the update
-  // too) and the saved ones are those of an empty sum: mean 0, variance 0. Mc = 1: the unbiased
-  // variance is undefined and running_var becomes NaN, as cuDNN's and PyTorch's formulas give.
-  const A eps = static_cast<A>(d.epsilon), mom = static_cast<A>(d.momentum), keep = A(1) - mom;
-  const A count = static_cast<A>(p.count);
-  for (int64_t ch = 0; ch < p.c; ++ch) {
-    // Read before any write: running_* may be the very buffers of input_*.
-    const A old_mean = load_as<A>(d.t2, d.input_mean, ch), old_var = load_as<A>(d.t2, d.input_var, ch);
-    A mu = 0, var = 0, unbiased = std::numeric_limits<A>::quiet_NaN();
-    if (p.count > 0) {
-      mu = sc.part0[ch];
-      var = sc.part1[ch] / count;
-      if (p.count > 1) unbiased = sc.part1[ch] / static_cast<A>(p.count - 1);
-    }
-    const A istd = A(1) / std::sqrt(var + eps);
-    store_as(d.t2, d.saved_mean, ch, mu);
-    store_as(d.t2, d.saved_inv_std, ch, istd);
-    store_as(d.t2, d.running_mean, ch, p.count > 0 ? mom * old_mean + keep * mu : old_mean);
-    store_as(d.t2, d.running_var, ch, p.count > 0 ? mom * old_var + keep * unbiased : old_var);
-    mean[ch] = mu;
-    coef[ch] = istd * load_as<A>(d.t1, d.scale, ch);
-    shift[ch] = load_as<A>(d.t1, d.bias, ch);
-  }
-  T* y = static_cast<T*>(d.y);
-  for_each_element(
-      d, ctx,
-      [&](int64_t off, int64_t len, int64_t ch) {
-        const A mu = mean[ch], k = coef[ch], b = shift[ch];
-        const T* v = x + off;
-        T* out = y + off;
-        #pragma omp simd
-        for (int64_t j = 0; j < len; ++j) store(out, j, (load<A>(v, j) - mu) * k + b);
-      },
-      [&](int64_t off) {
-        const T* v = x + off;
-        T* out = y + off;
-        #pragma omp simd
-        for (int64_t ch = 0; ch < p.c; ++ch) store(out, ch, (load<A>(v, ch) - mean[ch]) * coef[ch] + shift[ch]);
-      });
-  return {};
+Status RunTyped(const BatchNormDesc& desc, const Context& ctx) {
+  const int64_t out_bytes = desc.n * desc.c * desc.spatial * static_cast<int64_t>(sizeof(T));
+  const bool stream = out_bytes >= stream_min_bytes();
+  if (desc.op == OpId::BatchNormalizationGrad)
+    return stream ? Kernel<T, true, true>(desc, ctx).run() : Kernel<T, true, false>(desc, ctx).run();
+  return stream ? Kernel<T, false, true>(desc, ctx).run() : Kernel<T, false, false>(desc, ctx).run();
 }
 
 }  // namespace
+
+Status BatchNorm(const BatchNormDesc& d, const Context& ctx) {
+  switch (d.t) {
+    case DType::f64: return RunTyped<double>(d, ctx);
+    case DType::f16: return RunTyped<half>(d, ctx);
+    case DType::bf16: return RunTyped<bfloat16>(d, ctx);
+    case DType::f32: break;
+  }
+  return RunTyped<float>(d, ctx);
+}
+
+}  // namespace gradops::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gradops::cpu {
+HWY_EXPORT(BatchNorm);
 }  // namespace gradops::cpu
 
 namespace gradops::detail {
-
 Status cpu_batch_norm(const BatchNormDesc& d, const Context& ctx) {
   if (d.c == 0) return {};  // no channels: every output is empty
-  return cpu::visit_dtype(d.t, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    return d.op == OpId::BatchNormalizationGrad ? cpu::run_grad<T>(d, ctx) : cpu::run_forward<T>(d, ctx);
-  });
+  cpu::apply_simd_target_from_environment();
+  return HWY_DYNAMIC_DISPATCH(cpu::BatchNorm)(d, ctx);
 }
-
 }  // namespace gradops::detail
+#endif

@@ -11,7 +11,7 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<BatchNormDesc> kImpls[] = {
-    {"cpu:scalar", DeviceType::cpu, nullptr, cpu_batch_norm},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm},
 };
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }

@@ -117,6 +117,28 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
+// A 16-byte pack moved with a cache hint: kHint 0 is an ordinary access; 1 streams (evict-first in
+// L1 and L2: ld.global.cs / st.global.cs), for data that is touched once. Other sizes ignore it.
+template <int kHint, class P>
+__device__ __forceinline__ P load_pack(const P* p) {
+  if constexpr (kHint == 1 && sizeof(P) == 16) {
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    P r;
+    *reinterpret_cast<uint4*>(&r) = v;
+    return r;
+  } else {
+    return *p;
+  }
+}
+template <int kHint, class P>
+__device__ __forceinline__ void store_pack(P* p, const P& v) {
+  if constexpr (kHint == 1 && sizeof(P) == 16) {
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  } else {
+    *p = v;
+  }
+}
+
 // Elements of T in a 16-byte pack.
 template <class T>
 inline constexpr int kPackElems = static_cast<int>(16 / sizeof(T));
@@ -141,5 +163,62 @@ __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, 
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+// The hardware's approximations (one MUFU instruction each), for results rounded to f16/bf16: 2^v
+// and 1/v within 2 ulp of f32, far below half an ulp of either 16-bit format (2^-12 relative).
+// Subnormal inputs and results are flushed to zero.
+__device__ __forceinline__ float ex2_approx(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ float rcp_approx(float v) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+// min(a, b) that returns NaN when either is NaN (fminf would return the other operand).
+__device__ __forceinline__ float min_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a ? a : b != b ? b : fminf(a, b);
+#endif
+}
+
+// Launch with programmatic stream serialization (Hopper): the kernel may start while the previous
+// kernel on the stream drains, and must call griddep_wait() before it touches that kernel's output.
+// Elsewhere the attribute is ignored and the launch is an ordinary one.
+template <class... Params, class... Args>
+Status launch_dependent(std::string_view op, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
+}
+// Waits until the preceding kernel of the stream has completed and its writes are visible (a no-op
+// when the launch was an ordinary one, or below compute capability 9.0).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the dependent kernel of the stream begin launching (its griddep_wait still waits for all of
+// this kernel to finish).
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 
 }  // namespace gradops::cuda

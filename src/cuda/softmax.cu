@@ -6,7 +6,10 @@
 //                       rows per warp) holds a row in registers; shuffles reduce it.
 //   cuda:block_per_row  up to 16 blocks' worth: the row is held in registers by one block, or by
 //                       a cluster of 2 to 16 blocks that exchange their partial results through
-//                       distributed shared memory (Hopper).
+//                       distributed shared memory (Hopper). 16-bit SoftmaxGrad rows that need a
+//                       cluster are staged through shared memory instead, each thread copying its
+//                       packs of the cluster's next two rows with cp.async while it reduces the
+//                       current one (staged_kernel).
 //   cuda:two_pass       longer rows, rows it was measured faster for (the forwards and 16-bit
 //                       LogSoftmaxGrad where a row needs a cluster), or no clusters: a block per
 //                       row reads the row twice; the second read mostly hits L2.
@@ -19,7 +22,7 @@
 // order, xor butterflies, warps and cluster ranks combined in order): the same bits on every run.
 // Forwards held in registers reduce twice (the max, then the sum of exp(x - max), whose terms the
 // softmax output reuses); streamed ones carry a running (max, sum). Compute in f32 (f64 for f64);
-// each output rounded once.
+// each output rounded once (LogSoftmaxGrad's exp from the hardware's exp2 for f16/bf16 outputs).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -140,17 +143,23 @@ __device__ __forceinline__ Final<A> final_of(typename StreamOp<K, A>::V v) {
 }
 
 // One output element. `e` is exp(y - max) where the caller has it (softmax forward), else unused.
-template <SoftmaxKind K, class A>
+// kFast (f16/bf16 storage): LogSoftmaxGrad's exp(y) from the hardware's exp2, within a few ulp of
+// f32 and far below half an ulp of the output; the accurate expf made the 16-bit kernels
+// issue-bound on long rows.
+template <SoftmaxKind K, bool kFast = false, class A>
 __device__ __forceinline__ A output(const Final<A>& f, A y, A g, A e) {
   if constexpr (K == SoftmaxKind::softmax_grad) return y * (g - f.a);
-  if constexpr (K == SoftmaxKind::log_softmax_grad) return g - dexp(y) * f.a;
+  if constexpr (K == SoftmaxKind::log_softmax_grad) {
+    if constexpr (kFast && std::is_same_v<A, float>) return g - ex2_approx(y * 1.44269504088896341f) * f.a;
+    else return g - dexp(y) * f.a;
+  }
   if constexpr (K == SoftmaxKind::softmax) return e * f.b;
   return (y - f.a) - f.b;
 }
-template <SoftmaxKind K, class A>
+template <SoftmaxKind K, bool kFast = false, class A>
 __device__ __forceinline__ A output(const Final<A>& f, A y, A g) {
-  if constexpr (K == SoftmaxKind::softmax) return output<K>(f, y, g, dexp(y - f.a));
-  else return output<K>(f, y, g, A(0));
+  if constexpr (K == SoftmaxKind::softmax) return output<K, kFast>(f, y, g, dexp(y - f.a));
+  else return output<K, kFast>(f, y, g, A(0));
 }
 
 // A row's values held in registers, N packs of VEC, reduced with `reduce` (a callable taking the
@@ -172,7 +181,9 @@ struct Held {
         if (valid[k])
 #pragma unroll
           for (int j = 0; j < VEC; ++j) s = term(s, to_compute(y[k].v[j]), to_compute(g[k].v[j]));
-      for (int i = 0; i < n_extra; ++i) s = term(s, ey[i], eg[i]);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (i < n_extra) s = term(s, ey[i], eg[i]);
       return final_of<K, A>(reduce(SumOp<A>{}, s), A(0));
     } else {
       A m = -INFINITY;
@@ -181,7 +192,9 @@ struct Held {
         if (valid[k])
 #pragma unroll
           for (int j = 0; j < VEC; ++j) m = max_nan(m, to_compute(y[k].v[j]));
-      for (int i = 0; i < n_extra; ++i) m = max_nan(m, ey[i]);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (i < n_extra) m = max_nan(m, ey[i]);
       m = reduce(MaxOp<A>{}, m);
       A s = A(0);
       if (m != -INFINITY) {  // else every element is -inf (or the lane holds none)
@@ -192,10 +205,12 @@ struct Held {
             e[k][j] = valid[k] ? dexp(to_compute(y[k].v[j]) - m) : A(0);
             s += e[k][j];
           }
-        for (int i = 0; i < n_extra; ++i) {
-          ee[i] = dexp(ey[i] - m);
-          s += ee[i];
-        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (i < n_extra) {
+            ee[i] = dexp(ey[i] - m);
+            s += ee[i];
+          }
       }
       return final_of<K, A>(m, reduce(SumOp<A>{}, s));
     }
@@ -207,14 +222,29 @@ struct Held {
   }
 
   __device__ __forceinline__ Pack<T, VEC> out(const Final<A>& f, int k) const {
+    const Pack<T, VEC> yk = opaque(y[k]), gk = opaque(g[k]);
     Pack<T, VEC> o;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const A gj = is_grad(K) ? to_compute(g[k].v[j]) : A(0);
+      const A gj = is_grad(K) ? to_compute(gk.v[j]) : A(0);
       const A ej = K == SoftmaxKind::softmax ? e[k][j] : A(0);
-      o.v[j] = from_compute<T>(output<K>(f, to_compute(y[k].v[j]), gj, ej));
+      o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, to_compute(yk.v[j]), gj, ej));
     }
     return o;
+  }
+
+  // 16-bit packs, as values the compiler cannot prove equal to what the reduction converted: it
+  // then converts them again (one instruction an element) rather than keeping twice as many f32
+  // registers live across the reduction, which spilled once the next row's packs were in flight.
+  static __device__ __forceinline__ Pack<T, VEC> opaque(Pack<T, VEC> p) {
+    if constexpr (sizeof(T) == 2 && sizeof(p) % 4 == 0) {
+      uint32_t w[sizeof(p) / 4];
+      memcpy(w, &p, sizeof(p));
+#pragma unroll
+      for (unsigned i = 0; i < sizeof(p) / 4; ++i) asm volatile("" : "+r"(w[i]));
+      memcpy(&p, w, sizeof(p));
+    }
+    return p;
   }
 };
 
@@ -243,11 +273,15 @@ constexpr int kWarpThreads = 128;
 template <class T>
 inline constexpr int kWarpMaxPacksPerLane = sizeof(T) == 8 ? 4 : 8;
 
-// Rows of `len` elements; G = 1 << log2_lanes lanes per row, each holding packs k*G + lane.
-template <SoftmaxKind K, class T, int VEC, int N>
+// Rows of `len` elements; G = 1 << log2_lanes lanes per row, each holding packs k*G + lane; 32/G
+// rows per warp step. kPrefetch: the warp loads its next step's rows before it reduces the current
+// ones, so that a grid of resident warps keeps loads in flight through every reduction and store
+// (without it, each warp takes one step and the grid is as large as the rows need).
+template <SoftmaxKind K, class T, int VEC, int N, bool kPrefetch>
 __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_lanes) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
+  using H = Held<K, T, VEC, N>;
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
@@ -256,14 +290,11 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
   const int group = lane >> log2_lanes, gl = lane & (lanes - 1);
   const int rows_per_warp = 32 >> log2_lanes;
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * (kWarpThreads / 32) + threadIdx.x / 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kWarpThreads / 32);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * (kWarpThreads / 32) * rows_per_warp;
   auto reduce = [lanes](auto op, auto v) { return group_allreduce<decltype(op)>(v, lanes); };
-
-  // The loop test is the warp's first row, so that whole warps stay together for the shuffles.
-  for (int64_t first = warp * rows_per_warp; first < a.rows; first += warps * rows_per_warp) {
+  auto load = [&](H& h, int64_t first) {
     const int64_t r = first + group;
     const int64_t base = r * a.len;
-    Held<K, T, VEC, N> h;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const int64_t e = static_cast<int64_t>(k * lanes + gl) * VEC;
@@ -275,10 +306,25 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
         if constexpr (is_grad(K)) h.g[k] = *reinterpret_cast<const P*>(dy + base + e);
       }
     }
+  };
+
+  // The loop test is the warp's first row, so that whole warps stay together for the shuffles.
+  int64_t first = warp * rows_per_warp;
+  H h;
+  if (first < a.rows) load(h, first);
+  for (; first < a.rows; first += step) {
+    H next;
+    if constexpr (kPrefetch) load(next, first + step);  // rows past the end load nothing
     const Final<A> f = h.finish(reduce, 0, nullptr, nullptr, nullptr);
+    const int64_t base = (first + group) * a.len;
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (h.valid[k]) *reinterpret_cast<P*>(out + base + static_cast<int64_t>(k * lanes + gl) * VEC) = h.out(f, k);
+    if constexpr (kPrefetch) {
+      h = next;
+    } else if (first + step < a.rows) {
+      load(h, first + step);
+    }
   }
 }
 
@@ -391,8 +437,131 @@ __global__ void __launch_bounds__(kBlockMaxThreads, 2) block_kernel(RowArgs a) {
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (h.valid[k]) op[k * nthreads + t] = h.out(f, k);
-    for (int i = 0; i < n_extra; ++i) out[at[i]] = from_compute<T>(output<K>(f, ey[i], eg[i], ee[i]));
+    for (int i = 0; i < n_extra; ++i)
+      out[at[i]] = from_compute<T>(output<K, sizeof(T) == 2>(f, ey[i], eg[i], ee[i]));
   }
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
+#endif
+}
+
+// ---- cuda:block_per_row, staged through shared memory (gradients) ----------------------------
+
+// cp.async: 16 bytes global -> shared without registers, completed per thread by group.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+constexpr int kStagedMaxThreads = 512;
+// Rows in shared memory at once: the one being reduced and kStages - 1 loading behind it.
+constexpr int kStages = 3;
+
+// Shared memory of the staged kernel: kStages x {y, dy} x N packs per thread.
+constexpr std::size_t staged_smem(int n, int threads) {
+  return static_cast<std::size_t>(kStages) * 2 * n * threads * 16;
+}
+
+// A row held by C blocks (a cluster) as in block_kernel, for the gradients of rows whose pointers
+// share their offset from a 16-byte boundary. Each thread copies its packs of the cluster's next
+// kStages - 1 rows into its own slots of shared memory with cp.async while it reduces the current
+// row: the loads of whole rows stay in flight through every barrier, with no registers held for
+// them, and since a thread reads back only what it copied itself, no barrier guards the slots. A
+// slot is refilled in the iteration after the one that read it. The ragged ends of a row (at most
+// one element per thread on each side) are loaded directly.
+template <SoftmaxKind K, class T, int VEC, int C, int N>
+__global__ void __launch_bounds__(kStagedMaxThreads, 1) staged_kernel(RowArgs a) {
+  static_assert(is_grad(K) && VEC * sizeof(T) == 16, "the staged kernel takes gradients in 16-byte packs");
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  extern __shared__ uint4 slots[];  // [stage][tensor][k][thread]
+  __shared__ ReduceSmem<A> sm;
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* y = static_cast<const T*>(a.y);
+  T* out = static_cast<T*>(a.out);
+  int rank = 0;
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#endif
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t t = static_cast<int64_t>(rank) * threads + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(C) * threads;
+  int parity = 0;
+  auto reduce = [&](auto op, auto v) {
+    const auto r = block_allreduce<decltype(op), C>(v, sm, parity);
+    parity ^= 1;
+    return r;
+  };
+  auto slot = [&](int stage, int tensor, int k) -> uint4* {
+    return slots + ((stage * 2 + tensor) * N + k) * threads + threadIdx.x;
+  };
+  auto issue = [&](int stage, int64_t r) {
+    if (r < a.rows) {
+      const int64_t base = r * a.len;
+      const int64_t head = row_head<T, VEC>(y + base, a.len);
+      const int64_t packs = (a.len - head) / VEC;
+      const P* yp = reinterpret_cast<const P*>(y + base + head);
+      const P* gp = reinterpret_cast<const P*>(dy + base + head);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = k * nthreads + t;
+        if (p < packs) {
+          cp_async16(slot(stage, 0, k), yp + p);
+          cp_async16(slot(stage, 1, k), gp + p);
+        }
+      }
+    }
+    cp_async_commit();  // empty past the last row: every iteration then waits for the same count
+  };
+
+  const int64_t step = gridDim.x / C;
+  int64_t r = blockIdx.x / C;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, r + s * step);
+  for (int stage = 0; r < a.rows; r += step, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    issue(stage == 0 ? kStages - 1 : stage - 1, r + (kStages - 1) * step);
+    const int64_t base = r * a.len;
+    const int64_t head = row_head<T, VEC>(y + base, a.len);
+    const int64_t packs = (a.len - head) / VEC;
+    const int64_t tail_start = head + packs * VEC;
+    // The ragged ends, from global memory, while this row's copies complete.
+    const bool before = t < head, after = t < a.len - tail_start;
+    const int n_extra = before + after;
+    const int64_t at[2] = {before ? base + t : base + tail_start + t, base + tail_start + t};
+    A ey[2] = {A(0), A(0)}, eg[2] = {A(0), A(0)}, ee[2] = {A(0), A(0)};
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (i < n_extra) {
+        ey[i] = to_compute(y[at[i]]);
+        eg[i] = to_compute(dy[at[i]]);
+      }
+    cp_async_wait<kStages - 1>();  // this row's group is complete; the later rows' may not be
+    Held<K, T, VEC, N> h;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      h.valid[k] = k * nthreads + t < packs;
+      h.y[k] = P{};
+      h.g[k] = P{};
+      if (h.valid[k]) {
+        *reinterpret_cast<uint4*>(&h.y[k]) = *slot(stage, 0, k);
+        *reinterpret_cast<uint4*>(&h.g[k]) = *slot(stage, 1, k);
+      }
+    }
+    const Final<A> f = h.finish(reduce, n_extra, ey, eg, ee);
+    P* op = reinterpret_cast<P*>(out + base + head);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (h.valid[k]) op[k * nthreads + t] = h.out(f, k);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (i < n_extra) out[at[i]] = from_compute<T>(output<K, sizeof(T) == 2>(f, ey[i], eg[i], ee[i]));
+  }
+  cp_async_wait<0>();
 #if defined(_CG_HAS_CLUSTER_GROUP)
   if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
 #endif
@@ -459,18 +628,19 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
       P o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
-        o.v[j] = from_compute<T>(output<K>(f, to_compute(yv.v[j]), is_grad(K) ? to_compute(gv.v[j]) : A(0)));
+        o.v[j] = from_compute<T>(
+            output<K, sizeof(T) == 2>(f, to_compute(yv.v[j]), is_grad(K) ? to_compute(gv.v[j]) : A(0)));
       op[p] = o;
     }
     for (int64_t i = t; i < head; i += nthreads) {
       A ye, ge;
       elem(i, ye, ge);
-      out[base + i] = from_compute<T>(output<K>(f, ye, ge));
+      out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
     }
     for (int64_t i = tail_start + t; i < a.len; i += nthreads) {
       A ye, ge;
       elem(i, ye, ge);
-      out[base + i] = from_compute<T>(output<K>(f, ye, ge));
+      out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
     }
   }
 }
@@ -532,7 +702,7 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
       for (int64_t ax = ty; ax < a.len; ax += TY) {
         A ye, ge;
         elem(ax, ye, ge);
-        out[base + ax * step] = from_compute<T>(output<K>(f, ye, ge));
+        out[base + ax * step] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
       }
     __syncthreads();  // part and total are rewritten by the next tile
   }
@@ -592,9 +762,9 @@ int blocks_per_row(const SoftmaxDesc& d) {
 // Where a row needs a cluster, streaming it twice (the second read mostly from L2, with no
 // cluster barriers and full occupancy) was measured faster on an H100 for: the forwards in
 // f16/bf16 (2048 to 8192 rows of 32K to 131K: 1.4 to 2.1 times faster) and in f32 and f64 from
-// eight blocks a row on (1.1 to 1.3 times), and LogSoftmaxGrad in f16/bf16 (1.05 to 1.25 times).
-// SoftmaxGrad, and LogSoftmaxGrad in f32, stay in registers (two passes were 1.3 to 1.6 times
-// slower there).
+// eight blocks a row on (1.1 to 1.3 times), and LogSoftmaxGrad in f16/bf16 (1.05 to 1.25 times;
+// on an H200 also faster than the staged kernel, by 3 to 30%). SoftmaxGrad, and LogSoftmaxGrad in
+// f32, stay on chip (two passes were 1.3 to 1.6 times slower there).
 bool two_passes_faster(const SoftmaxDesc& d) {
   const int c = blocks_per_row(d);
   if (c == 1) return false;
@@ -621,28 +791,52 @@ Status prologue(const SoftmaxDesc& d, std::string_view op, DeviceInfo* dev, bool
   return current_device(op, dev);
 }
 
-template <SoftmaxKind K, class T, int VEC, int N>
-Status launch_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, int log2_lanes) {
-  // As many blocks as rows need (the loop in the kernel only matters past 2^31 - 1 blocks): new
-  // blocks start as others finish, which kept the memory system busier than resident blocks
-  // looping over the rows.
-  const int64_t rows_per_block = (kWarpThreads / 32) * (32 >> log2_lanes);
-  const int64_t blocks = std::clamp<int64_t>(ceil_div(d.outer, rows_per_block), 1, 0x7fffffff);
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
-  return launch(op, "the warp-per-row launch", warp_kernel<K, T, VEC, N>, dim3(static_cast<unsigned>(blocks)),
-                dim3(kWarpThreads), stream_of(ctx), a, log2_lanes);
+// A grid of `units` independent pieces of work for kernels whose blocks loop over them, at most
+// what is resident at once, and sized so that every block takes the same number of pieces (a
+// ragged last round would leave most of the machine idle while a few blocks finish).
+int64_t even_grid(int64_t units, int64_t resident) {
+  resident = std::max<int64_t>(resident, 1);
+  const int64_t rounds = ceil_div(units, resident);
+  return std::clamp<int64_t>(ceil_div(units, rounds), 1, 0x7fffffff);
 }
 
-template <SoftmaxKind K, class T, int VEC>
-Status run_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx) {
+// Tuning of the warp and block paths; the defaults are what run() uses.
+struct RowTuning {
+  int warp_packs_per_lane = 2;  // the warp path's G is chosen so that a lane holds about this many
+  int block_max_threads = kBlockMaxThreads;
+  int staged_packs = 0;         // packs per thread of the staged kernel (0: 2, or 4 where 2 need >16 blocks)
+  int staged_max_threads = kStagedMaxThreads;
+};
+
+template <SoftmaxKind K, class T, int VEC, int N, bool kPrefetch>
+Status launch_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                   int log2_lanes) {
+  constexpr auto kernel = warp_kernel<K, T, VEC, N, kPrefetch>;
+  const int64_t rows_per_block = (kWarpThreads / 32) * (32 >> log2_lanes);
+  const int64_t steps = ceil_div(d.outer, rows_per_block);
+  int64_t blocks = std::clamp<int64_t>(steps, 1, 0x7fffffff);
+  if constexpr (kPrefetch) {
+    int per_sm = 0;
+    if (Status s = blocks_per_sm<kernel>(op, dev, kWarpThreads, &per_sm); !s) return s;
+    blocks = even_grid(steps, int64_t{dev.sm_count} * per_sm);
+  }
+  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
+  return launch(op, "the warp-per-row launch", kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpThreads),
+                stream_of(ctx), a, log2_lanes);
+}
+
+template <SoftmaxKind K, class T, int VEC, bool kPrefetch = false>
+Status run_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                const RowTuning& tune = {}) {
   const int64_t units = VEC > 1 ? d.axis_len / VEC : d.axis_len;
-  // About four packs per lane: G lanes per row, N packs each, G * N >= units.
-  const int log2_lanes = std::min(5, log2_ceil(ceil_div(units, 4)));
+  // G lanes per row holding about warp_packs_per_lane packs each (more where a row needs it).
+  const int log2_lanes = std::min(5, log2_ceil(ceil_div(units, tune.warp_packs_per_lane)));
   const int64_t per_lane = ceil_div(units, int64_t{1} << log2_lanes);
-  if (per_lane <= 1) return launch_warp<K, T, VEC, 1>(op, d, ctx, log2_lanes);
-  if (per_lane <= 2) return launch_warp<K, T, VEC, 2>(op, d, ctx, log2_lanes);
-  if (per_lane <= 4 || kWarpMaxPacksPerLane<T> == 4) return launch_warp<K, T, VEC, 4>(op, d, ctx, log2_lanes);
-  return launch_warp<K, T, VEC, kWarpMaxPacksPerLane<T>>(op, d, ctx, log2_lanes);
+  if (per_lane <= 1) return launch_warp<K, T, VEC, 1, kPrefetch>(op, d, ctx, dev, log2_lanes);
+  if (per_lane <= 2) return launch_warp<K, T, VEC, 2, kPrefetch>(op, d, ctx, dev, log2_lanes);
+  if (per_lane <= 4 || kWarpMaxPacksPerLane<T> == 4)
+    return launch_warp<K, T, VEC, 4, kPrefetch>(op, d, ctx, dev, log2_lanes);
+  return launch_warp<K, T, VEC, kWarpMaxPacksPerLane<T>, kPrefetch>(op, d, ctx, dev, log2_lanes);
 }
 
 template <SoftmaxKind K, class T, int VEC>
@@ -744,6 +938,108 @@ Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, 
   return run_two_pass<K, T, VEC>(op, d, ctx, dev);  // read the row twice
 }
 
+// Launches the staged kernel with a cluster of C blocks per row (C = 1: one block); *launched is
+// false (and nothing runs) where this device or build cannot run that cluster.
+template <SoftmaxKind K, class T, int VEC, int C, int N>
+Status launch_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                     int threads, bool* launched) {
+  constexpr auto kernel = staged_kernel<K, T, VEC, C, N>;
+  *launched = false;
+  cudaFuncAttributes attr{};
+  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+  if (attr.binaryVersion < 80) return {};  // cp.async needs compute capability 8.0
+  if (C > 1 && (!dev.cluster_launch || attr.binaryVersion < 90)) return {};
+  const std::size_t smem = staged_smem(N, threads);
+  if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(staged_smem(N, kStagedMaxThreads))),
+                           op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+      !s) {
+    return {};  // more shared memory than this device has: another path runs
+  }
+  if constexpr (C > 8) {
+    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                             "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+        !s)
+      return s;
+  }
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(C);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream_of(ctx);
+  cfg.attrs = C > 1 ? &cluster : nullptr;
+  cfg.numAttrs = C > 1 ? 1 : 0;
+  int64_t resident = 0;
+  if constexpr (C > 1) {
+    int clusters = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
+      (void)cudaGetLastError();
+      return {};  // cannot be co-scheduled here
+    }
+    if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+    resident = clusters;
+  } else {
+    int per_sm = 0;
+    if (Status s = status_of(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), op,
+                             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        !s)
+      return s;
+    if (per_sm < 1) return {};
+    resident = int64_t{dev.sm_count} * per_sm;
+  }
+  // Resident clusters only, each taking every step-th row: the copies of a cluster's next rows
+  // are what keeps the memory system busy, so no cluster may wait for a slot.
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(even_grid(d.outer, resident), 0x7fffffff / C) * C));
+  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
+  *launched = true;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the staged row launch");
+}
+
+template <SoftmaxKind K, class T, int VEC, int N>
+Status try_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev, int c,
+                  int threads, bool* launched) {
+  *launched = false;
+  switch (c) {
+    case 1: return launch_staged<K, T, VEC, 1, N>(op, d, ctx, dev, threads, launched);
+    case 2: return launch_staged<K, T, VEC, 2, N>(op, d, ctx, dev, threads, launched);
+    case 4: return launch_staged<K, T, VEC, 4, N>(op, d, ctx, dev, threads, launched);
+    case 8: return launch_staged<K, T, VEC, 8, N>(op, d, ctx, dev, threads, launched);
+    case 16: return launch_staged<K, T, VEC, 16, N>(op, d, ctx, dev, threads, launched);
+    default: break;
+  }
+  return {};
+}
+
+// The gradients' block path: the fewest blocks of at most staged_max_threads threads, N packs
+// each, that hold the row (then each block's share of a row carries the most data per barrier).
+template <SoftmaxKind K, class T, int VEC>
+Status run_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                  const RowTuning& tune, bool* launched) {
+  *launched = false;
+  const int64_t units = d.axis_len / VEC;
+  auto threads_for = [&](int c, int n) -> int {
+    const int64_t t = ceil_div(ceil_div(units, int64_t{c} * n), 32) * 32;
+    return t <= tune.staged_max_threads ? static_cast<int>(std::max<int64_t>(t, 32)) : 0;
+  };
+  int n = tune.staged_packs ? tune.staged_packs : threads_for(kMaxCluster, 2) ? 2 : 4;
+  int c = 1;
+  while (c < kMaxCluster && threads_for(c, n) == 0) c *= 2;
+  for (; c >= 1 && threads_for(c, n) > 0; c /= 2) {
+    const int threads = threads_for(c, n);
+    Status s = n == 4 ? try_staged<K, T, VEC, 4>(op, d, ctx, dev, c, threads, launched)
+                      : try_staged<K, T, VEC, 2>(op, d, ctx, dev, c, threads, launched);
+    if (!s || *launched) return s;
+    if (c == 1) break;
+  }
+  return {};
+}
+
 template <SoftmaxKind K, class T>
 Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
   constexpr auto kernel = strided_kernel<K, T>;
@@ -772,9 +1068,25 @@ Status run(const SoftmaxDesc& d, const Context& ctx, Path path) {
       constexpr SoftmaxKind K = decltype(kind)::value;
       switch (path) {
         case Path::warp:
-          return rows_aligned(d) ? run_warp<K, T, V>(op, d, ctx) : run_warp<K, T, 1>(op, d, ctx);
+          // About two packs a lane, one step per warp: on an H200, 16-bit rows of 128 ran 10% faster
+          // than at four (more, smaller groups), and nothing else moved by more than 1%; warps that
+          // prefetch their next rows were 1 to 15% slower (lab/cuda/NOTES.md).
+          return rows_aligned(d) ? run_warp<K, T, V>(op, d, ctx, dev) : run_warp<K, T, 1>(op, d, ctx, dev);
         case Path::block:
-          return congruent(d) ? run_block<K, T, V>(op, d, ctx, dev) : run_block<K, T, 1>(op, d, ctx, dev);
+          if (!congruent(d)) return run_block<K, T, 1>(op, d, ctx, dev);
+          // 16-bit SoftmaxGrad rows that need more than one register block: staged through shared
+          // memory, 4 packs a thread (on an H200: 0.73 / 0.64 / 0.66 of copy at 32768 / 131072 /
+          // 50257 against 0.67 / 0.48 / 0.54-0.68 in registers). In f32, and at 4096, the register
+          // kernel was faster (0.90 against 0.75 at 32768 in f32).
+          if constexpr (K == SoftmaxKind::softmax_grad && sizeof(T) == 2) {
+            if (blocks_per_row(d) > 1) {
+              RowTuning tune;
+              tune.staged_packs = 4;
+              bool launched = false;
+              if (Status s = run_staged<K, T, V>(op, d, ctx, dev, tune, &launched); !s || launched) return s;
+            }
+          }
+          return run_block<K, T, V>(op, d, ctx, dev);
         case Path::two_pass:
           return congruent(d) ? run_two_pass<K, T, V>(op, d, ctx, dev) : run_two_pass<K, T, 1>(op, d, ctx, dev);
         case Path::strided: break;

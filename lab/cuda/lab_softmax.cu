@@ -1,0 +1,93 @@
+// Kernel lab, softmax family: the library's own kernels (src/cuda/softmax.cu, included here)
+// launched with tuning choices other than the ones the library makes, so that lab.py can check
+// and time them beside the library's defaults, the previous library build and PyTorch.
+// Built by run_lab.sh into liblab.so with lab_activation.cu, linked against the libgradops.so of
+// the same sources (for status_of, current_device, the workspace and the op table).
+#include <cstdio>
+
+#include "cuda/softmax.cu"
+
+namespace lab {
+
+using gradops::Context;
+using gradops::DType;
+using gradops::OpId;
+using gradops::Status;
+namespace gc = gradops::cuda;
+namespace gd = gradops::detail;
+
+inline int report(const Status& s) {
+  if (s) return 0;
+  std::fprintf(stderr, "lab: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+inline DType dtype_of(int code) { return static_cast<DType>(code); }
+
+template <class G>
+Status visit_dtype(int code, G&& g) {
+  switch (dtype_of(code)) {
+    case DType::f16: return g(__half{});
+    case DType::bf16: return g(__nv_bfloat16{});
+    default: break;
+  }
+  return g(float{});
+}
+
+// ---- softmax grads ------------------------------------------------------------------------------
+
+// path 0, warp: cfg 0 prefetch (persistent grid), 1 one step per warp; ppl = packs per lane the
+//               lane count aims at.
+// path 1, block: cfg 0 staged through shared memory (N = 2, or 4 where needed; at most max_threads
+//                threads), 1 staged with N = 4, 2 the register kernel of the previous design (f32 4
+//                packs, 16-bit 2, at most max_threads threads).
+// path 2, two passes.
+template <gd::SoftmaxKind K, class T>
+Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl, int max_threads) {
+  gc::DeviceInfo dev;
+  if (Status s = gc::current_device("lab", &dev); !s) return s;
+  constexpr int V = gc::kPackElems<T>;
+  gc::RowTuning tune;
+  tune.warp_packs_per_lane = ppl;
+  tune.block_max_threads = max_threads;
+  tune.staged_max_threads = max_threads;
+  if (!gc::congruent(d) || (path == 0 && !gc::rows_aligned(d)))
+    return Status(gradops::StatusCode::invalid_argument, "lab: the warp path takes aligned rows, the others congruent");
+  switch (path) {
+    case 0:
+      if (cfg == 0) return gc::run_warp<K, T, V, true>("lab", d, ctx, dev, tune);
+      return gc::run_warp<K, T, V, false>("lab", d, ctx, dev, tune);
+    case 1:
+      if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
+      {
+        tune.staged_packs = cfg == 1 ? 4 : 0;
+        bool launched = false;
+        if (Status s = gc::run_staged<K, T, V>("lab", d, ctx, dev, tune, &launched); !s || launched) return s;
+        return Status(gradops::StatusCode::unimplemented, "lab: the staged kernel did not launch");
+      }
+    default: break;
+  }
+  return gc::run_two_pass<K, T, V>("lab", d, ctx, dev);
+}
+
+}  // namespace lab
+
+extern "C" {
+
+// kind: 0 SoftmaxGrad, 1 LogSoftmaxGrad. dtype: gradops' codes (0 f32, 2 f16, 3 bf16).
+int lab_softmax(int kind, int dtype, const void* dy, const void* y, void* out, int64_t rows, int64_t len, int path,
+                int cfg, int ppl, int max_threads, void* stream) {
+  using namespace lab;
+  const gd::SoftmaxKind k = kind == 0 ? gd::SoftmaxKind::softmax_grad : gd::SoftmaxKind::log_softmax_grad;
+  const gd::SoftmaxDesc d{kind == 0 ? OpId::SoftmaxGrad_13 : OpId::LogSoftmaxGrad_13, k, dtype_of(dtype), rows,
+                          len, 1, dy, y, out};
+  Context ctx;
+  ctx.cuda_stream = stream;
+  return report(visit_dtype(dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    if (kind == 0) return softmax_variant<gd::SoftmaxKind::softmax_grad, T>(d, ctx, path, cfg, ppl, max_threads);
+    return softmax_variant<gd::SoftmaxKind::log_softmax_grad, T>(d, ctx, path, cfg, ppl, max_threads);
+  }));
+}
+
+}  // extern "C"

@@ -55,8 +55,8 @@ using ::gradops::detail::BatchNormDesc;
 
 constexpr int64_t kChain = 128;           // sequential additions per accumulator within a piece
 constexpr int64_t kPlaneMin = 1024;       // NCHW spatial size from which runs are folded in place
-constexpr int64_t kMinWidth = 1024;       // columns form: narrower rows are merged into super-rows
-constexpr int64_t kMaxCols = 2048;        // columns accumulated at once (>= 2 kMinWidth, >= kPlaneMin)
+constexpr int64_t kMinWidth = 800;        // columns form: narrower rows are merged into super-rows
+constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kGrain = 1 << 15;       // elements per thread below which work stays on one thread
@@ -92,6 +92,17 @@ HWY_INLINE hn::TFromD<D> SumOf(D d, int64_t n, Term term) {
       },
       [](V<D> a, V<D> b) HWY_ATTR { return hn::Add(a, b); });
   return ReduceLanes(d, acc, [](A a, A b) { return a + b; });
+}
+
+// Software prefetch for inputs streamed from memory, kPrefetchBytes ahead as PrefetchAhead, but
+// into L2 only (an L1 request holds one of the line fill buffers the non-temporal stores need, and
+// the fused write pass re-reads its inputs from L2 anyway), and once per 64-byte line: `j` counts
+// elements from the run's start in blocks of `lanes`, and blocks narrower than a line (16-bit
+// types) ask every other time.
+template <class T>
+HWY_INLINE void PrefetchLine(const T* p, int64_t j, int64_t lanes) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  if ((j & (kLine - 1)) < lanes) __builtin_prefetch(p, 0, 2);
 }
 
 // ---- the plan: pieces and traversals, from the shape -------------------------------------------------
@@ -251,10 +262,10 @@ class Kernel {
     auto step = [=](V<D> unused, int64_t j, int64_t valid) HWY_ATTR {
       if constexpr (kSweep > 0) {
         A* acc = sb + j;
-        if constexpr (kSweep == 1) hwy::Prefetch(xr + j + ahead_r);
+        if constexpr (kSweep == 1) PrefetchLine(xr + j + ahead_r, j, L);
         const auto xv = LoadWideN(d, xr + j, valid);
         if constexpr (kGrad) {
-          hwy::Prefetch(gr + j + ahead_r);
+          PrefetchLine(gr + j + ahead_r, j, L);
           const auto gv = LoadWideN(d, gr + j, valid);
           auto e = hn::Sub(xv, hn::Load(d, acc + 2 * K));
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
@@ -274,10 +285,10 @@ class Kernel {
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       const A* cf = sb + 3 * K + j;  // a, b, c, mean
-      if constexpr (kPrefetchW) hwy::Prefetch(xw + j + ahead_w);
+      if constexpr (kPrefetchW) PrefetchLine(xw + j + ahead_w, j, L);
       const auto e = hn::Sub(LoadWideN(d, xw + j, valid), hn::LoadU(d, cf + 3 * K));
       if constexpr (kGrad) {
-        if constexpr (kPrefetchW) hwy::Prefetch(gw + j + ahead_w);
+        if constexpr (kPrefetchW) PrefetchLine(gw + j + ahead_w, j, L);
         return hn::MulAdd(hn::LoadU(d, cf), LoadWideN(d, gw + j, valid),
                           hn::MulAdd(hn::LoadU(d, cf + 2 * K), e, hn::LoadU(d, cf + K)));
       } else {
@@ -308,14 +319,14 @@ class Kernel {
         return acc;
       } else {
         const int64_t at = j + ahead < nr ? j + ahead : j + ahead + skip;
-        if constexpr (kSweep == 1) hwy::Prefetch(xr + at);
+        if constexpr (kSweep == 1) PrefetchLine(xr + at, j, L);
         const auto xv = LoadWideN(d, xr + j, valid);
         if constexpr (kSweep == 2) {
           auto e = hn::Sub(xv, vmu);
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
           return hn::MulAdd(e, e, acc);
         } else if constexpr (kGrad) {
-          hwy::Prefetch(gr + at);
+          PrefetchLine(gr + at, j, L);
           const auto gv = LoadWideN(d, gr + j, valid);
           auto e = hn::Sub(xv, vmu);
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
@@ -333,10 +344,10 @@ class Kernel {
     const T* xw = x_ + off_w;
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
-      if (ahead_w) hwy::Prefetch(xw + j + ahead_w);
+      if (ahead_w) PrefetchLine(xw + j + ahead_w, j, L);
       const auto e = hn::Sub(LoadWideN(d, xw + j, valid), m);
       if constexpr (kGrad) {
-        if (ahead_w) hwy::Prefetch(gw + j + ahead_w);
+        if (ahead_w) PrefetchLine(gw + j + ahead_w, j, L);
         return hn::MulAdd(a, LoadWideN(d, gw + j, valid), hn::MulAdd(c, e, b));
       } else {
         return hn::MulAdd(e, a, b);
@@ -582,9 +593,12 @@ class Kernel {
 
   // ---- split: each pass over the whole tensor ----
 
-  // Columns handled at once: whole channels, the whole super-row when k > 1.
+  // Columns handled at once: whole channels in blocks of about equal width, the whole super-row
+  // when k > 1.
   int64_t block_columns() const {
-    return p_.k > 1 ? p_.width : std::max<int64_t>(1, kMaxCols / p_.group) * p_.group;
+    if (p_.k > 1) return p_.width;
+    const int64_t most = std::max<int64_t>(1, kMaxCols / p_.group);  // channels
+    return chunk_count(p_.c, chunk_count(p_.c, most)) * p_.group;   // balanced blocks
   }
 
   void reduce_all() {
@@ -662,10 +676,15 @@ class Kernel {
   A* slot_base_ = nullptr;
 };
 
+// Non-temporal stores from stream_min_bytes() on, counted over everything the call moves (the
+// inputs read and the output written) rather than the output alone: the output could stay in
+// cache for its next reader only if all of that fit, and the elementwise pass comes last, after
+// the inputs have gone through the caches once already.
 template <class T>
 Status RunTyped(const BatchNormDesc& desc, const Context& ctx) {
-  const int64_t out_bytes = desc.n * desc.c * desc.spatial * static_cast<int64_t>(sizeof(T));
-  const bool stream = out_bytes >= stream_min_bytes();
+  const int64_t tensors = desc.op == OpId::BatchNormalizationGrad ? 3 : 2;
+  const int64_t moved = tensors * desc.n * desc.c * desc.spatial * static_cast<int64_t>(sizeof(T));
+  const bool stream = moved >= stream_min_bytes();
   if (desc.op == OpId::BatchNormalizationGrad)
     return stream ? Kernel<T, true, true>(desc, ctx).run() : Kernel<T, true, false>(desc, ctx).run();
   return stream ? Kernel<T, false, true>(desc, ctx).run() : Kernel<T, false, false>(desc, ctx).run();

@@ -3,32 +3,38 @@
 //
 // Both ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass.
 // The values of a channel are cut into pieces fixed by the shape (and the target's lane count);
-// each piece is summed into vector accumulators, and the piece partials are combined by a fixed
-// pairwise tree, so results are the same bits for any thread count. No term of any sum passes
-// through more than 128 sequential additions inside its piece, plus a few pairwise levels (the
-// accumulators, the lanes, a channel's columns) and one per tree level: the tolerance model in
-// tests/support/tolerance.cpp allows min(Mc, 256) + 4·log2(Mc) + 8. Two forms, chosen from the
-// shape:
+// each piece is summed into vector accumulators and the piece partials are combined by a fixed
+// pairwise tree, so results are the same bits for any thread count and schedule. Two forms, chosen
+// from the shape:
 //   columns: the tensor as rows of P contiguous values (NHWC: a position's C channels; NCHW with a
 //            short spatial run: a sample's C·spatial values, a channel's `spatial` columns
 //            adjacent). Rows narrower than kMinWidth are taken k at a time as super-rows. A piece
-//            is a chunk of up to 128 super-rows: each column accumulates down the rows in a
-//            vector lane, then a channel's columns (its k replicas and its adjacent columns) are
-//            summed pairwise.
+//            is up to 128 super-rows of a block of whole channels: each column accumulates down
+//            the rows in a vector lane, then a channel's k replicas of a column are added
+//            pairwise and its adjacent columns folded as a run (below).
 //   planes:  NCHW with spatial >= kPlaneMin, and any single channel: each (sample, channel) run is
-//            contiguous; a piece is a segment of 512 vectors of it, in four vector accumulators.
+//            contiguous; a piece is a segment of 512 vectors of it.
+// A run is folded in FoldBlocks' order: vector block b into accumulator b mod 4, the four combined
+// pairwise, then the lanes pairwise. So a term passes through at most 128 sequential additions
+// down its accumulator, ceil(log2 k) replica levels, a fold of the channel's spatial < 1024 columns
+// (spatial/(4·lanes) + 2 + log2(lanes) <= 131 additions, far fewer on the x86 targets) and one
+// addition per tree level: at most 261 + log2(Mc) for Mc >= 256, against the min(Mc, 256) +
+// 4·log2(Mc) + 8 that the tolerance model in tests/support/tolerance.cpp allows (below 256 terms
+// no order exceeds Mc - 1).
 // The forward's statistics are a mean and a sum of squared deviations from it inside each piece
 // (the piece is still in cache for the second sweep), merged across pieces with Chan's formula:
 // stable for data far from zero, and X is read from memory once for them.
 //
 // Traffic. The elementwise pass needs the whole channel's sums, so it reads X (and dY) a second
 // time. NCHW with enough channels runs fused tasks: a block of whole channels, all samples, both
-// passes, sized so that the block's inputs (up to kTaskBytes) are still in L2 when the write pass
-// re-reads them: each byte comes from memory once, as the bytes model counts. Otherwise (NHWC,
-// whose every row holds every channel, or too few channels to share among threads) the passes run
-// over the whole tensor one after the other; the write pass walks each thread's range backwards,
-// so it starts with what the reduction pass left in the caches. Outputs from stream_min_bytes() on
-// are written with non-temporal stores.
+// passes, sized so that the block's inputs (up to kTaskBytes) are still in L2 when they are
+// re-read, and the write pass of one block runs in one loop with the reduction of the next, so
+// that reads from memory never pause: each input byte comes from memory once, as the bytes model
+// counts. Otherwise (NHWC, whose every row holds every channel, or too few channels to share
+// among threads) the passes run over the whole tensor one after the other, and tensors larger
+// than the cache move X and dY twice (5 tensor-sized transfers for the bytes model's 3); the write
+// pass walks each thread's range backwards, so it starts with what the caches still hold. Outputs
+// are written with non-temporal stores once the call moves stream_min_bytes() (RunTyped).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/batch_norm.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

@@ -39,8 +39,8 @@ Status visit_dtype(int code, G&& g) {
 // path 0, warp: cfg 0 prefetch (persistent grid), 1 one step per warp; ppl = packs per lane the
 //               lane count aims at.
 // path 1, block: cfg 0 staged through shared memory (N = 2, or 4 where needed; at most max_threads
-//                threads), 1 staged with N = 4, 2 the register kernel of the previous design (f32 4
-//                packs, 16-bit 2, at most max_threads threads).
+//                threads), 1 staged with N = 4, 2 the register kernel (f32 4 packs, 16-bit 2, up to
+//                512 threads; the library's for one-block rows and f32).
 // path 2, two passes.
 template <gd::SoftmaxKind K, class T>
 Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl, int max_threads) {
@@ -49,7 +49,6 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
   constexpr int V = gc::kPackElems<T>;
   gc::RowTuning tune;
   tune.warp_packs_per_lane = ppl;
-  tune.block_max_threads = max_threads;
   tune.staged_max_threads = max_threads;
   if (!gc::congruent(d) || (path == 0 && !gc::rows_aligned(d)))
     return Status(gradops::StatusCode::invalid_argument, "lab: the warp path takes aligned rows, the others congruent");

@@ -800,11 +800,10 @@ int64_t even_grid(int64_t units, int64_t resident) {
   return std::clamp<int64_t>(ceil_div(units, rounds), 1, 0x7fffffff);
 }
 
-// Tuning of the warp and block paths; the defaults are what run() uses.
+// Tuning of the warp and staged paths; run() uses the defaults (staged_packs: 4).
 struct RowTuning {
   int warp_packs_per_lane = 2;  // the warp path's G is chosen so that a lane holds about this many
-  int block_max_threads = kBlockMaxThreads;
-  int staged_packs = 0;         // packs per thread of the staged kernel (0: 2, or 4 where 2 need >16 blocks)
+  int staged_packs = 0;  // packs a thread of the staged kernel (0: 2, or 4 where 2 need over 16 blocks)
   int staged_max_threads = kStagedMaxThreads;
 };
 

@@ -1,4 +1,5 @@
-// LayerNorm family, CPU kernels (portable scalar code, multithreaded).
+// LayerNorm family, CPU kernels: one source compiled for AVX-512, AVX2, SSE4 and a portable target
+// (Highway), chosen at run time.
 //
 // Compute type: f64 when any of T, U, V is f64, else f32. The (f64, f32, f64) signature therefore
 // computes in f64 from f32 statistics, so an f64 model loses nothing but the statistics' own
@@ -7,268 +8,650 @@
 // Gradients, per row with the given mean mu and inverse std r (taken as given, never recomputed):
 //   g = dy * scale, xhat = (x - mu) r   [Invertible: (y - bias) / scale; Simplified: x r]
 //   S1 = sum g, S2 = sum g xhat, dx = r (g - S1/cols - xhat S2/cols)   [Simplified: no S1 term]
-// Each row of x and dy comes from memory once: the second pass over a row re-reads it from cache.
-// dscale/dbias are accumulated in the compute type into one partial row per fixed chunk of rows,
-// then the chunk partials are summed per column in chunk order. The chunking depends only on
-// (rows, cols), so results are bitwise the same for any thread count.
+// Each row of x and dy comes from memory once: a reduction pass forms S1 and S2 (four vector
+// accumulators per sum, in an order fixed by cols and the lane count), then the write pass re-reads
+// the row from L1/L2. Within a thread's rows, row i's write pass runs in one loop with row i+1's
+// reduction, so the reads from memory never pause for a write pass.
+// dscale/dbias are accumulated in the compute type, by the write pass while the row is in cache,
+// into one partial row per fixed chunk of rows; then the chunk partials are summed per column in
+// chunk order. The chunking depends only on (rows, cols), so results are bitwise the same for any
+// thread count.
 //
 // Forwards, per row: two-pass mean and biased variance (never E[x^2] - E[x]^2), inv_std =
 // 1/sqrt(var + epsilon); RMSNorm: inv_std_var = 1/sqrt(mean(x^2) + epsilon). Y uses the statistics
-// in the compute type; the saved statistics are rounded to U once.
+// in the compute type; the saved statistics are rounded to U once. The first pass over row i+1
+// (from memory) runs in one loop with row i's write pass; the variance pass reads from cache.
+//
+// Partial vectors (a row's tail, or the head that aligns non-temporal stores) go through
+// zero-padded copies and the same lane-wise code as whole vectors, their padded lanes kept out of
+// every sum, so an element's value does not depend on which of them it fell in. Outputs at least
+// stream_min_bytes() large are written with non-temporal stores (see cpu/simd.hpp).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/layer_norm.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include <algorithm>
-#include <array>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
 #include "core/workspace.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/simd-inl.h"
+#include "cpu/simd.hpp"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
 #include "ops/layer_norm.hpp"
 
-namespace gradops::cpu {
+HWY_BEFORE_NAMESPACE();
+namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
-using detail::LayerNormDesc;
+using ::gradops::detail::LayerNormDesc;
 
-// Row sums: kLanes independent accumulators over blocks of kBlock elements, lanes folded pairwise,
-// blocks added in order. The error grows like (kBlock/kLanes + cols/kBlock) roundings rather than
-// cols, and the order depends only on cols.
-constexpr int kLanes = 16;
-constexpr int64_t kBlock = 512;
-// Row chunks for dscale/dbias: about sqrt(rows) rows each, so that a column sum is a chain of
-// sqrt(rows) rows within a chunk and then one of sqrt(rows) chunk partials (its rounding error
-// grows like rows^(3/4) instead of rows), with at most kMaxPartialElems partial values per output.
+constexpr int64_t kGrain = int64_t{1} << 15;  // elements below which work stays on one thread
+// dscale/dbias chunks: about sqrt(rows) rows each, so that a column sum is a chain of sqrt(rows)
+// rows within a chunk and then one of sqrt(rows) chunk partials (its rounding error grows like
+// rows^(3/4) instead of rows). At least kMinChunkRows rows each: a chunk's two partial rows go to
+// memory once and are read back once by the column sums, which costs 2 * 2 sizeof(A) / kMinChunkRows
+// of the rows' own traffic (under 2% at 64). At most kMaxPartialElems partial values per output.
+constexpr int64_t kMinChunkRows = 64;
 constexpr int64_t kMaxPartialElems = int64_t{1} << 22;
-constexpr int64_t kGrain = int64_t{1} << 15;  // elements below which a forward stays on one thread
+constexpr int64_t kFinishCols = 512;  // columns per block of the partials' column sums
 
 enum class Kind { ln_grad, invertible_grad, rms_grad, ln_fwd, rms_fwd };
-
-// The sums sum_j f(j)[k], k < N, over j in [0, n), in the fixed order described above.
-template <int N, class A, class F>
-std::array<A, N> row_sums(int64_t n, F&& f) {
-  std::array<A, N> total{};
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t e = std::min(n, b + kBlock);
-    A lane[N][kLanes] = {};
-    int64_t j = b;
-    for (; j + kLanes <= e; j += kLanes)
-#pragma omp simd
-      for (int l = 0; l < kLanes; ++l) {
-        const std::array<A, N> t = f(j + l);
-        for (int k = 0; k < N; ++k) lane[k][l] += t[k];
-      }
-    for (int l = 0; j < e; ++j, ++l) {
-      const std::array<A, N> t = f(j);
-      for (int k = 0; k < N; ++k) lane[k][l] += t[k];
-    }
-    for (int k = 0; k < N; ++k) {
-      for (int w = kLanes / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) lane[k][l] += lane[k][l + w];
-      total[k] += lane[k][0];
-    }
-  }
-  return total;
-}
-
-struct Chunks {
-  int64_t rows_per_chunk;
-  int64_t count;  // at least 1, so that zero rows still give zeroed partials
-};
-
-Chunks chunks_for(int64_t rows, int64_t cols) {
-  int64_t per = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(rows)))));
-  const int64_t limit = std::max<int64_t>(1, kMaxPartialElems / std::max<int64_t>(cols, 1));
-  if (chunk_count(rows, per) > limit) per = chunk_count(rows, limit);
-  return {per, std::max<int64_t>(1, chunk_count(rows, per))};
-}
 
 template <class T, class U, class V>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<U, double> ||
                                      std::is_same_v<V, double>,
                                  double, float>;
 
-// Calls f(j) for j in [0, n): groups of kLanes independent calls (f must not carry a dependence
-// from one j to the next), which the compiler vectorizes at -O2 without run-time alias checks, then
-// the tail.
-template <class F>
-inline void for_lanes(int64_t n, F&& f) {
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-#pragma omp simd
-    for (int l = 0; l < kLanes; ++l) f(j + l);
-  for (; j < n; ++j) f(j);
-}
+template <class D> using Vec = hn::Vec<D>;
 
-// One row of a gradient (pointers at the row; src is X, or Y for the invertible grad). Pass 1 forms
-// the row sums; pass 2 re-reads the row, now in cache, for dx and the dscale/dbias partials, whose
-// presence is fixed at compile time.
-template <Kind K, bool kScale, bool kBias, class A, class V, class S, class T>
-void grad_row(int64_t cols, const V* __restrict dy, const S* __restrict src, const V* __restrict scale,
-              const V* __restrict bias, A mu, A r, T* __restrict dx, A* __restrict ps, A* __restrict pb) {
-  auto xhat = [&](int64_t j) -> A {
-    if constexpr (K == Kind::invertible_grad)
-      return (load<A>(src, j) - load<A>(bias, j)) / load<A>(scale, j);
-    else if constexpr (K == Kind::rms_grad)
-      return load<A>(src, j) * r;
-    else
-      return (load<A>(src, j) - mu) * r;
-  };
-  A m1 = 0, m2 = 0;  // RMSNorm has no S1 term: m1 stays 0, and g - 0 is exact
-  if constexpr (K == Kind::rms_grad) {
-    m2 = row_sums<1, A>(cols, [&](int64_t j) {
-           return std::array<A, 1>{load<A>(dy, j) * load<A>(scale, j) * xhat(j)};
-         })[0] /
-         A(cols);
-  } else {
-    const auto s = row_sums<2, A>(cols, [&](int64_t j) {
-      const A g = load<A>(dy, j) * load<A>(scale, j);
-      return std::array<A, 2>{g, g * xhat(j)};
-    });
-    m1 = s[0] / A(cols);
-    m2 = s[1] / A(cols);
+// ---- rows of 16-bit types on AVX-512 --------------------------------------------------------------
+// bf16 is widened and narrowed with one word permutation (vpermw) instead of a widening move and a
+// shift, or a shift, a pack and a lane permutation: the bf16 kernels are bound by vector operations,
+// and these are a fifth of them. The bits are those of LoadWide and StoreNarrow.
+
+#undef GRADOPS_LN_VPERMW  // this file is compiled once per target
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define GRADOPS_LN_VPERMW 1
+// Word 2i + 1 (the high half of f32 lane i) takes bf16 i; the even words are zeroed by the mask.
+alignas(64) constexpr uint16_t kWidenWords[32] = {0, 0,  0, 1,  0, 2,  0, 3,  0, 4,  0, 5,  0, 6,  0, 7,
+                                                  0, 8,  0, 9,  0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
+// The high words of the f32 lanes of a, then (for the pair) of b.
+alignas(64) constexpr uint16_t kHighWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+#endif
+
+// LoadWideN, with the bf16 fast path for whole vectors.
+template <class D, class T>
+HWY_INLINE Vec<D> LoadRow(D d, const T* HWY_RESTRICT p, int64_t valid) {
+#if defined(GRADOPS_LN_VPERMW)
+  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
+    if (valid == 16) {
+      const __m512i words = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      return Vec<D>{_mm512_castsi512_ps(
+          _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, _mm512_load_si512(kWidenWords), words))};
+    }
   }
-  for_lanes(cols, [&](int64_t j) {
-    const A gy = load<A>(dy, j), xh = xhat(j);
-    store(dx, j, r * (gy * load<A>(scale, j) - m1 - xh * m2));
-    if constexpr (kScale) ps[j] += gy * xh;
-    if constexpr (kBias) pb[j] += gy;
+#endif
+  return LoadWideN(d, p, valid);
+}
+
+#if defined(GRADOPS_LN_VPERMW)
+// v rounded to bf16 (round to nearest even, NaN kept and quieted, as Narrow does), in the high
+// word of each f32 lane.
+HWY_INLINE __m512i RoundToBF16High(hn::Vec512<float> v) {
+  const hn::Full512<uint32_t> du;
+  const auto bits = hn::BitCast(du, v);
+  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
+  const auto rounded = hn::Add(hn::Add(bits, hn::Set(du, 0x7fff)), odd);
+  const auto quiet_nan = hn::Or(bits, hn::Set(du, 0x00400000u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded).raw;
+}
+#endif
+
+// StoreNarrow of a whole vector.
+template <class D, class T>
+HWY_INLINE void StoreRow(D d, Vec<D> v, T* HWY_RESTRICT p) {
+#if defined(GRADOPS_LN_VPERMW)
+  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
+    // The low 16 words, through a masked store: GCC 12 warns about its own 512-to-256-bit cast.
+    _mm512_mask_storeu_epi16(p, 0xFFFFu, _mm512_permutexvar_epi16(_mm512_load_si512(kHighWords), RoundToBF16High(v)));
+    return;
+  }
+#endif
+  StoreNarrow(d, v, p);
+}
+
+// StreamNarrow (p aligned to the bytes written).
+template <class D, class T>
+HWY_INLINE void StreamRow(D d, Vec<D> lo, Vec<D> hi, T* HWY_RESTRICT p) {
+#if defined(GRADOPS_LN_VPERMW)
+  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p),
+                        _mm512_permutex2var_epi16(RoundToBF16High(lo), _mm512_load_si512(kHighWords), RoundToBF16High(hi)));
+    return;
+  }
+#endif
+  StreamNarrow(d, lo, hi, p);
+}
+
+// ---- the row driver ---------------------------------------------------------------------------
+
+// FoldBlocksWriting (cpu/simd-inl.h) with two sums folded side by side: vector block b of [0, n)
+// goes into accumulator pair b mod 4 as step(s1, s2, b L, valid), the pairs combined as
+// (p0 + p1) + (p2 + p3); meanwhile out[0, n_out) is written from value(j, valid), each element
+// exactly once and in increasing order (value() may update per-column state at j as it goes), with
+// the same aligning head, paired non-temporal stores and tail as FoldBlocksWriting.
+//
+// Inlined into a row loop with one call site, so that the lambdas' captures (by value) live in
+// registers: an out-of-line call per row copied them through the stack, and reading back pointers
+// stored one by one as wide vectors stalled on store forwarding, a fifth of the time at 1024 columns.
+template <bool kStream, class D, class Step, class T, class Value>
+HWY_INLINE void FoldPairWriting(D d, int64_t n, const Step& step, T* HWY_RESTRICT out, int64_t n_out,
+                                const Value& value, Vec<D>& sum1, Vec<D>& sum2) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t w = 0;
+  bool stream = false;
+  if constexpr (kStream) {
+    const auto addr = reinterpret_cast<uintptr_t>(out);
+    const uintptr_t bytes = static_cast<uintptr_t>(L * kStreamVectors<D, T>) * sizeof(T);
+    if (n_out > 0 && addr % sizeof(T) == 0) {
+      const int64_t head = std::min(n_out, static_cast<int64_t>((bytes - addr % bytes) % bytes / sizeof(T)));
+      for (; w < head; w += std::min(L, head - w)) {
+        const int64_t valid = std::min(L, head - w);
+        StoreNarrowN(d, value(w, valid), out + w, valid);
+      }
+      stream = true;
+    }
+  }
+  auto write_whole = [&](int64_t count) HWY_ATTR {
+    if (kStream && stream) {
+      constexpr int64_t kV = kStreamVectors<D, T>;
+      for (; count >= kV && w + kV * L <= n_out; count -= kV, w += kV * L) {
+        const auto lo = value(w, L);
+        const auto hi = kV == 2 ? value(w + L, L) : hn::Zero(d);
+        StreamRow(d, lo, hi, out + w);
+      }
+      if (count > 0 && w + L <= n_out) StoreRow(d, value(w, L), out + w), --count, w += L;
+    } else {
+      for (; count > 0 && w + L <= n_out; --count, w += L) StoreRow(d, value(w, L), out + w);
+    }
+  };
+  // Four whole vectors at w, the common case, with one bound check.
+  auto write_four = [&]() HWY_ATTR {
+    if (w + 4 * L > n_out) return write_whole(4);
+    if (kStream && stream) {
+      if constexpr (kStreamVectors<D, T> == 2) {
+        for (int64_t k = 0; k < 4; k += 2) {
+          const auto lo = value(w + k * L, L);
+          const auto hi = value(w + (k + 1) * L, L);
+          StreamRow(d, lo, hi, out + w + k * L);
+        }
+      } else {
+        for (int64_t k = 0; k < 4; ++k) StreamRow(d, value(w + k * L, L), hn::Zero(d), out + w + k * L);
+      }
+    } else {
+      for (int64_t k = 0; k < 4; ++k) StoreRow(d, value(w + k * L, L), out + w + k * L);
+    }
+    w += 4 * L;
+  };
+  auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  int64_t j = 0;
+  for (; j + 4 * L <= n; j += 4 * L) {
+    step(a0, b0, j, L);
+    step(a1, b1, j + L, L);
+    step(a2, b2, j + 2 * L, L);
+    step(a3, b3, j + 3 * L, L);
+    write_four();
+  }
+  if (j < n) step(a0, b0, j, std::min(L, n - j)), j += L;
+  if (j < n) step(a1, b1, j, std::min(L, n - j)), j += L;
+  if (j < n) step(a2, b2, j, std::min(L, n - j)), j += L;
+  if (j < n) step(a3, b3, j, std::min(L, n - j));
+  while (w + 4 * L <= n_out) write_four();
+  write_whole(n_out);
+  if (w < n_out) StoreNarrowN(d, value(w, n_out - w), out + w, n_out - w);
+  sum1 = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+  sum2 = hn::Add(hn::Add(b0, b1), hn::Add(b2, b3));
+}
+
+// a * b rounded once, written as an FMA with a zero addend. GCC implements the x86 Mul/Add/Sub
+// intrinsics as plain vector arithmetic and in C++ contracts a product that feeds an add into an FMA
+// where it sees fit (-ffp-contract=fast), which may differ between two inlined copies of the same
+// lambda: g would then have different bits in a row's reduction and in its write pass, or in a row
+// whose write pass overlaps the next row's reduction and in one whose does not. An FMA's result is
+// never contracted further. (The sign of a zero product is lost, which no output can tell.)
+template <class D>
+HWY_INLINE Vec<D> Product(D d, Vec<D> a, Vec<D> b) {
+  return hn::MulAdd(a, b, hn::Zero(d));
+}
+
+// Zeroes the lanes of v from `valid` on (a partial vector's padding), so that they add nothing.
+template <class D>
+HWY_INLINE Vec<D> KeepValid(D d, Vec<D> v, int64_t valid) {
+  return valid == static_cast<int64_t>(hn::Lanes(d)) ? v : hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), v);
+}
+
+// ---- per-call scratch ----------------------------------------------------------------------------
+
+// Elements per scratch row: cols and a whole vector of slack (a partial vector is loaded and stored
+// whole there), a multiple of 16 so that every row stays 64-byte aligned.
+int64_t ScratchStride(int64_t cols) { return (cols + 16 + 15) / 16 * 16; }
+
+// One workspace for a call: per-column rows (scale and bias widened to the compute type, zero past
+// cols, so that every vector load of them is a whole one), dscale/dbias partials, and each thread's
+// ring of parked rows.
+template <class A>
+struct Scratch {
+  ::gradops::detail::Workspace ws;
+  A* scale = nullptr;
+  A* bias = nullptr;
+  A* partials = nullptr;
+  A* rings = nullptr;
+  int64_t ring_len = 0;  // elements per thread
+
+  template <class V>
+  Status Allocate(const Context& ctx, std::string_view op, int64_t cols, int64_t stride, const V* scale_in,
+                  const V* bias_in, int64_t partial_len, int64_t threads, int64_t ring) {
+    const int64_t cols_rows = bias_in ? 2 : 1;
+    const int64_t total = cols_rows * stride + partial_len + threads * ring;
+    if (Status s = ws.allocate(ctx, Device::cpu(), sizeof(A) * static_cast<std::size_t>(total), op); !s) return s;
+    A* p = ws.as<A>();
+    scale = p;
+    bias = bias_in ? p + stride : nullptr;
+    partials = p + cols_rows * stride;
+    rings = partials + partial_len;
+    ring_len = ring;
+    for (int64_t r = 0; r < cols_rows; ++r) {
+      const V* in = r == 0 ? scale_in : bias_in;
+      A* out = p + r * stride;
+      int64_t j = 0;
+      for (; j < cols; ++j) out[j] = load<A>(in, j);
+      for (; j < stride; ++j) out[j] = A(0);
+    }
+    return {};
+  }
+};
+
+// ---- gradients ---------------------------------------------------------------------------------
+
+// `count` chunks of rows / count rows, the first rows % count of them one row more. A count that is
+// a multiple of 8 (or of 2) splits evenly over 2, 4 or 8 threads.
+struct Chunks {
+  int64_t rows, count;
+  int64_t begin(int64_t c) const { return c * (rows / count) + std::min(c, rows % count); }
+};
+
+Chunks ChunksFor(int64_t rows, int64_t cols) {
+  int64_t count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(rows))));
+  count = std::min(count, std::max<int64_t>(1, rows / kMinChunkRows));
+  count = std::min(count, std::max<int64_t>(1, kMaxPartialElems / std::max<int64_t>(cols, 1)));
+  if (count >= 8) count = count / 8 * 8;
+  else if (count >= 2) count = count / 2 * 2;
+  return {rows, std::max<int64_t>(count, 1)};
+}
+
+template <Kind K, class T, class U, class V>
+struct GradArgs {
+  using A = acc_t<T, U, V>;
+  using Src = std::conditional_t<K == Kind::invertible_grad, V, T>;  // x, or y for the invertible grad
+  const V* dy;
+  const Src* src;
+  const U* mean;
+  const U* inv_std;
+  T* dx;
+  const A* scale;  // widened, zero past cols
+  const A* bias;
+  int64_t rows, cols, stride;
+  Chunks chunks;
+  A* partials;  // per chunk: the dscale partial row, then the dbias one; nullptr when neither is wanted
+};
+
+// The invertible grad parks xhat = (y - bias) / scale from its reduction pass for the write pass,
+// which would otherwise divide again; the others recompute xhat from x, which costs less than
+// moving it through the caches.
+template <Kind K>
+constexpr bool kParkXhat = K == Kind::invertible_grad;
+
+// One thread's chunks [c0, c1) of a gradient: dx, and the chunks' partial rows when kPartials.
+//
+// Row i's reduction pass reads dy and x from memory and forms S1 and S2; its write pass re-reads
+// them from cache, writes dx and adds dy xhat and dy to the chunk's partial rows. Row i + 1's
+// reduction runs in one loop with row i's write pass, so that reads from memory never pause for a
+// write pass. (Reducing two rows ahead, to keep the lane sums' latency off the loop, measured no
+// faster: out-of-order execution hides it.)
+template <Kind K, bool kPartials, bool kStream, class T, class U, class V>
+HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1, acc_t<T, U, V>* ring) {
+  using A = acc_t<T, U, V>;
+  const hn::ScalableTag<A> d;
+  using VA = Vec<decltype(d)>;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n = a.cols, stride = a.stride;
+  const A* HWY_RESTRICT scale = a.scale;
+  const A* HWY_RESTRICT bias = a.bias;
+  constexpr bool kS1 = K != Kind::rms_grad;  // RMSNorm has no S1 term
+  constexpr bool kDbias = kPartials && K != Kind::rms_grad;
+
+  // xhat at [j, j + valid) of row i (src at the row).
+  auto xhat = [=](const auto* HWY_RESTRICT src, int64_t j, int64_t valid, VA mu, VA r) HWY_ATTR {
+    const VA v = LoadRow(d, src + j, valid);
+    if constexpr (K == Kind::invertible_grad)
+      return hn::Div(hn::Sub(v, hn::LoadU(d, bias + j)), hn::LoadU(d, scale + j));
+    else if constexpr (K == Kind::rms_grad)
+      return hn::Mul(v, r);
+    else
+      return hn::Mul(hn::Sub(v, mu), r);
+  };
+  // The reduction of row i, from memory. Padding: dy, x and scale load as 0, xhat is zeroed.
+  auto fold = [&](int64_t i, A* parked) {
+    const V* HWY_RESTRICT dy = a.dy + i * n;
+    const auto* HWY_RESTRICT src = a.src + i * n;
+    const VA mu = hn::Set(d, K == Kind::ln_grad ? load<A>(a.mean, i) : A(0));
+    const VA r = hn::Set(d, load<A>(a.inv_std, i));
+    return [=](VA& s1, VA& s2, int64_t j, int64_t valid) HWY_ATTR {
+      PrefetchAhead(dy + j);
+      PrefetchAhead(src + j);
+      const VA g = Product(d, LoadRow(d, dy + j, valid), hn::Load(d, scale + j));
+      const VA xh = KeepValid(d, xhat(src, j, valid, mu, r), valid);
+      if constexpr (kParkXhat<K>) hn::Store(xh, d, parked + j);
+      if constexpr (kS1) s1 = hn::Add(s1, g);
+      s2 = hn::MulAdd(g, xh, s2);
+    };
+  };
+  // The write pass of row i, from cache, into the partial rows ps and pb.
+  auto write = [&](int64_t i, const A* parked, A sum1, A sum2, A* ps, A* pb) {
+    const V* HWY_RESTRICT dy = a.dy + i * n;
+    const auto* HWY_RESTRICT src = a.src + i * n;
+    const VA mu = hn::Set(d, K == Kind::ln_grad ? load<A>(a.mean, i) : A(0));
+    const VA r = hn::Set(d, load<A>(a.inv_std, i));
+    const VA m1 = hn::Set(d, sum1 / A(n)), m2 = hn::Set(d, sum2 / A(n));
+    return [=](int64_t j, int64_t valid) HWY_ATTR {
+      const VA gy = LoadRow(d, dy + j, valid);
+      const VA xh = kParkXhat<K> ? hn::LoadU(d, parked + j) : xhat(src, j, valid, mu, r);
+      if constexpr (kPartials) {
+        // A partial vector's other lanes belong to other columns (or none): they stay as they are.
+        const VA old_s = hn::LoadU(d, ps + j);
+        VA new_s = hn::MulAdd(gy, xh, old_s);
+        if (valid < L) new_s = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(valid)), new_s, old_s);
+        hn::StoreU(new_s, d, ps + j);
+        if constexpr (kDbias) {
+          const VA old_b = hn::LoadU(d, pb + j);
+          VA new_b = hn::Add(old_b, gy);
+          if (valid < L) new_b = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(valid)), new_b, old_b);
+          hn::StoreU(new_b, d, pb + j);
+        }
+      }
+      const VA g = Product(d, gy, hn::LoadU(d, scale + j));
+      return hn::Mul(r, hn::NegMulAdd(xh, m2, kS1 ? hn::Sub(g, m1) : g));
+    };
+  };
+
+  const int64_t r0 = a.chunks.begin(c0), r1 = a.chunks.begin(c1);
+  if (r0 >= r1) return;
+  // The partial rows of row t's chunk, zeroed as the write passes (in row order) enter it.
+  int64_t c = c0 - 1, next_chunk = r0;
+  A *ps = nullptr, *pb = nullptr;
+  auto enter = [&](int64_t t) {
+    if (!kPartials || t != next_chunk) return;
+    ++c;
+    next_chunk = a.chunks.begin(c + 1);
+    ps = a.partials + 2 * c * stride;
+    pb = ps + stride;
+    std::fill(ps, ps + (kDbias ? 2 : 1) * stride, A(0));
+  };
+  // Row t's sums and parked xhat at slot (t - r0) mod 2.
+  A sums[2][2] = {};
+  const auto plus = [](A p, A q) { return p + q; };
+  VA s1, s2;
+  for (int64_t t = r0 - 1; t < r1; ++t) {
+    const int64_t f = t + 1, fs = (f - r0) & 1, ws = fs ^ 1, w = std::max(t, r0);
+    const bool more = f < r1;
+    if (t >= r0) enter(t);
+    FoldPairWriting<kStream>(d, more ? n : 0, fold(more ? f : w, kParkXhat<K> ? ring + fs * stride : nullptr),
+                             a.dx + w * n, t >= r0 ? n : 0,
+                             write(w, kParkXhat<K> ? ring + ws * stride : nullptr, sums[ws][0], sums[ws][1], ps, pb),
+                             s1, s2);
+    if (more) {
+      sums[fs][0] = kS1 ? ReduceLanes(d, s1, plus) : A(0);
+      sums[fs][1] = ReduceLanes(d, s2, plus);
+    }
+  }
+}
+
+// out[j] = sum over chunks c, in chunk order, of part[c][j], rounded once to V.
+template <class A, class V>
+void SumChunks(const A* part, int64_t count, int64_t stride, int64_t cols, V* out, const Context& ctx) {
+  const hn::ScalableTag<A> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t blocks = chunk_count(cols, kFinishCols);
+  parallel_for(blocks, std::max<int64_t>(1, kGrain / (kFinishCols * count)), ctx, [&](int64_t b0, int64_t b1) {
+    HWY_ALIGN A acc[kFinishCols];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t k0 = b * kFinishCols, w = std::min(kFinishCols, cols - k0);
+      for (int64_t j = 0; j < w; j += L) hn::Store(hn::Load(d, part + k0 + j), d, acc + j);
+      for (int64_t c = 1; c < count; ++c) {
+        const A* p = part + 2 * c * stride + k0;
+        for (int64_t j = 0; j < w; j += L) hn::Store(hn::Add(hn::Load(d, acc + j), hn::Load(d, p + j)), d, acc + j);
+      }
+      for (int64_t j = 0; j < w; j += L) StoreNarrowN(d, hn::Load(d, acc + j), out + k0 + j, std::min(L, w - j));
+    }
+  });
+}
+
+// Threads for `units` units of `unit_elems` elements each, at least kGrain elements per thread.
+int64_t ThreadsFor(int64_t units, int64_t unit_elems, const Context& ctx) {
+  const int64_t grain = std::max<int64_t>(1, chunk_count(kGrain, std::max<int64_t>(unit_elems, 1)));
+  return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, grain)));
+}
+
+// Runs range(slot, u0, u1) for one contiguous range of [0, units) per slot, in parallel, and flushes
+// each thread's non-temporal stores.
+template <class F>
+void ForEachSlot(int64_t slots, int64_t units, const Context& ctx, F&& range) {
+  parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) range(s, units * s / slots, units * (s + 1) / slots);
+    hwy::FlushStream();
   });
 }
 
 template <Kind K, class T, class U, class V>
-Status run_grad(const LayerNormDesc& d, const Context& ctx) {
+Status RunGrad(const LayerNormDesc& desc, const Context& ctx) {
   using A = acc_t<T, U, V>;
-  const V* dy = static_cast<const V*>(d.dy);
-  const V* scale = static_cast<const V*>(d.scale);
-  const V* bias = static_cast<const V*>(d.bias);
-  const U* mean = static_cast<const U*>(d.mean);
-  const U* inv_std = static_cast<const U*>(d.inv_std);
-  T* dx = static_cast<T*>(d.dx);
-  V* dscale = static_cast<V*>(d.dscale);
-  V* dbias = static_cast<V*>(d.dbias);
-  const int64_t rows = d.rows, cols = d.cols;
+  using Args = GradArgs<K, T, U, V>;
+  V* dscale = static_cast<V*>(desc.dscale);
+  V* dbias = static_cast<V*>(desc.dbias);
+  const int64_t rows = desc.rows, cols = desc.cols;
   if (cols == 0) return {};  // dx, dscale and dbias are all empty
-  const auto* src = [&] {
-    if constexpr (K == Kind::invertible_grad)
-      return static_cast<const V*>(d.y);
-    else
-      return static_cast<const T*>(d.x);
-  }();
-
-  // Partial rows: [chunk][col] for dscale, then the same for dbias.
-  const Chunks ch = chunks_for(rows, cols);
-  const int64_t per_output = ch.count * cols;
-  const int64_t outputs = (dscale ? 1 : 0) + (dbias ? 1 : 0);
-  detail::Workspace ws;
-  if (outputs > 0)
-    if (Status s = ws.allocate(ctx, Device::cpu(), sizeof(A) * static_cast<std::size_t>(outputs * per_output),
-                               op_schema(d.op).name);
-        !s)
-      return s;
-  A* const part_scale = dscale ? ws.as<A>() : nullptr;
-  A* const part_bias = dbias ? ws.as<A>() + (dscale ? per_output : 0) : nullptr;
-
-  auto chunk_rows = [&](auto has_scale, auto has_bias, int64_t i0, int64_t i1, A* ps, A* pb) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const A mu = K == Kind::ln_grad ? load<A>(mean, i) : A(0);
-      grad_row<K, decltype(has_scale)::value, decltype(has_bias)::value>(
-          cols, dy + i * cols, src + i * cols, scale, bias, mu, load<A>(inv_std, i), dx + i * cols, ps, pb);
-    }
-  };
-  parallel_for(ch.count, 1, ctx, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      A* ps = part_scale ? part_scale + c * cols : nullptr;
-      A* pb = part_bias ? part_bias + c * cols : nullptr;
-      if (ps) std::fill(ps, ps + cols, A(0));
-      if (pb) std::fill(pb, pb + cols, A(0));
-      const int64_t i0 = c * ch.rows_per_chunk, i1 = std::min(rows, i0 + ch.rows_per_chunk);
-      using yes = std::true_type;
-      using no = std::false_type;
-      if (ps && pb) chunk_rows(yes{}, yes{}, i0, i1, ps, pb);
-      else if (ps) chunk_rows(yes{}, no{}, i0, i1, ps, pb);
-      else if (pb) chunk_rows(no{}, yes{}, i0, i1, ps, pb);
-      else chunk_rows(no{}, no{}, i0, i1, ps, pb);
-    }
-  });
-
-  // Column sums of the partials, in chunk order, into chunk 0's row.
-  auto finish = [&](A* part, V* out) {
-    if (!part) return;
-    parallel_for(cols, 1024, ctx, [&](int64_t j0, int64_t j1) {
-      for (int64_t c = 1; c < ch.count; ++c) {
-        const A* p = part + c * cols;
-        for (int64_t j = j0; j < j1; ++j) part[j] += p[j];
-      }
-      for (int64_t j = j0; j < j1; ++j) store(out, j, part[j]);
+  if (rows == 0) {           // sums over no rows
+    for (V* out : {dscale, dbias})
+      if (out)
+        for (int64_t j = 0; j < cols; ++j) store(out, j, A(0));
+    return {};
+  }
+  Args a{};
+  a.dy = static_cast<const V*>(desc.dy);
+  a.src = static_cast<const typename Args::Src*>(K == Kind::invertible_grad ? desc.y : desc.x);
+  a.mean = static_cast<const U*>(desc.mean);
+  a.inv_std = static_cast<const U*>(desc.inv_std);
+  a.dx = static_cast<T*>(desc.dx);
+  a.rows = rows;
+  a.cols = cols;
+  a.stride = ScratchStride(cols);
+  a.chunks = ChunksFor(rows, cols);
+  // Both partial rows whenever either output is wanted: the unwanted one costs a little cache
+  // traffic, and halves the kernels to compile.
+  const bool partials = dscale || dbias;
+  const int64_t threads = ThreadsFor(a.chunks.count, rows / a.chunks.count * cols, ctx);
+  Scratch<A> sc;
+  const V* bias_in = K == Kind::invertible_grad ? static_cast<const V*>(desc.bias) : nullptr;
+  if (Status s = sc.Allocate(ctx, op_schema(desc.op).name, cols, a.stride, static_cast<const V*>(desc.scale), bias_in,
+                             partials ? 2 * a.chunks.count * a.stride : 0, threads,
+                             kParkXhat<K> ? 2 * a.stride : 0);
+      !s)
+    return s;
+  a.scale = sc.scale;
+  a.bias = sc.bias;
+  a.partials = partials ? sc.partials : nullptr;
+  // dx goes out through non-temporal stores once the rows the call streams through (dy, x and dx)
+  // reach the threshold: dx then would not stay in cache for its reader anyway, and a normal store
+  // reads each line first, a third more traffic for 16-bit types.
+  const int64_t row_bytes = static_cast<int64_t>(sizeof(V) + sizeof(typename Args::Src) + sizeof(T));
+  const bool stream = rows * cols * row_bytes >= stream_min_bytes();
+  auto run = [&](auto kernel) {
+    ForEachSlot(threads, a.chunks.count, ctx, [&](int64_t s, int64_t c0, int64_t c1) {
+      kernel(a, c0, c1, sc.rings + s * sc.ring_len);
     });
   };
-  finish(part_scale, dscale);
-  finish(part_bias, dbias);
+  if (partials)
+    run(stream ? GradRange<K, true, true, T, U, V> : GradRange<K, true, false, T, U, V>);
+  else
+    run(stream ? GradRange<K, false, true, T, U, V> : GradRange<K, false, false, T, U, V>);
+  if (dscale) SumChunks(a.partials, a.chunks.count, a.stride, cols, dscale, ctx);
+  if (dbias) SumChunks(a.partials + a.stride, a.chunks.count, a.stride, cols, dbias, ctx);
   return {};
+}
+
+// ---- forwards ----------------------------------------------------------------------------------
+
+// Rows [r0, r1) of a forward, in a pipeline of three passes per row, one loop per row: the sum
+// (LayerNorm: sum x; RMSNorm: sum x^2) of row i + 2 from memory, LayerNorm's variance pass over
+// row i + 1 (its mean known by then) and the write pass of row i, both from cache. No pass waits
+// for a reduction that just finished. Where T is a 16-bit type, the first pass parks x widened in a
+// ring of three rows, so that the later passes do not convert it again. Near the end of the range
+// the first two passes repeat the last row (from cache, with the same results).
+template <Kind K, bool kBias, bool kStream, class T, class U, class V>
+HWY_FLATTEN void ForwardRange(const LayerNormDesc& desc, const acc_t<T, U, V>* scale, const acc_t<T, U, V>* bias,
+                  int64_t stride, int64_t r0, int64_t r1, acc_t<T, U, V>* ring) {
+  using A = acc_t<T, U, V>;
+  const hn::ScalableTag<A> d;
+  using VA = Vec<decltype(d)>;
+  constexpr bool kPark = !std::is_same_v<T, A>;
+  constexpr bool kLN = K == Kind::ln_fwd;
+  const T* x = static_cast<const T*>(desc.x);
+  V* y = static_cast<V*>(desc.out_y);
+  U* mean_out = static_cast<U*>(desc.out_mean);
+  U* inv_std_out = static_cast<U*>(desc.out_inv_std);
+  const int64_t n = desc.cols;
+  const A eps = static_cast<A>(desc.epsilon);
+  const auto plus = [](A p, A q) { return p + q; };
+  // Row i's parked values and statistics sit at slot (i - r0) mod 3.
+  auto slot = [&](int64_t i) { return static_cast<int64_t>(static_cast<uint64_t>(i - r0) % 3); };
+  auto parked = [&](int64_t i) { return ring + slot(i) * stride; };
+  A mu[3] = {}, rs[3] = {};
+
+  // One loop step: the first pass over row fa (into s1) and LayerNorm's variance pass over row fb
+  // (into s2). The variance pass reads before the first pass parks: fa == fb only where both
+  // repeat the last row, and then the parked values are the same.
+  auto passes = [&](int64_t fa, int64_t fb) {
+    const T* HWY_RESTRICT xa = x + fa * n;
+    const T* HWY_RESTRICT xb = x + fb * n;
+    A* HWY_RESTRICT pa = parked(fa);
+    const A* HWY_RESTRICT pbr = parked(fb);
+    const VA m = hn::Set(d, mu[slot(fb)]);
+    return [=](VA& s1, VA& s2, int64_t j, int64_t valid) HWY_ATTR {
+      if constexpr (kLN) {
+        const VA c = KeepValid(d, hn::Sub(kPark ? hn::Load(d, pbr + j) : LoadRow(d, xb + j, valid), m), valid);
+        s2 = hn::MulAdd(c, c, s2);
+      }
+      PrefetchAhead(xa + j);
+      const VA v = LoadRow(d, xa + j, valid);  // padding: 0
+      if constexpr (kPark) hn::Store(v, d, pa + j);
+      s1 = kLN ? hn::Add(s1, v) : hn::MulAdd(v, v, s1);
+    };
+  };
+  auto value = [&](int64_t i) {
+    const T* HWY_RESTRICT xr = x + i * n;
+    const A* HWY_RESTRICT pr = parked(i);
+    const VA m = hn::Set(d, mu[slot(i)]), r = hn::Set(d, rs[slot(i)]);
+    return [=](int64_t j, int64_t valid) HWY_ATTR {
+      const VA v = kPark ? hn::LoadU(d, pr + j) : LoadRow(d, xr + j, valid);
+      const VA xh = kLN ? hn::Mul(hn::Sub(v, m), r) : hn::Mul(v, r);
+      if constexpr (kBias)
+        return hn::MulAdd(xh, hn::LoadU(d, scale + j), hn::LoadU(d, bias + j));
+      else
+        return hn::Mul(xh, hn::LoadU(d, scale + j));
+    };
+  };
+
+  if constexpr (kPark) std::fill(ring, ring + 3 * stride, A(0));  // read, unused, by the first step
+  VA s1, s2;
+  // Step t writes row t, takes the variance of row t + 1 and the sum of row t + 2, each clamped to
+  // the range. The first two steps write nothing, and the variance the first takes (of row r0, its
+  // mean not known yet) is discarded.
+  for (int64_t t = r0 - 2; t < r1; ++t) {
+    const int64_t fa = std::min(t + 2, r1 - 1), fb = std::clamp(t + 1, r0, r1 - 1), w = std::max(t, r0);
+    const bool more = t + 1 < r1;
+    FoldPairWriting<kStream>(d, more ? n : 0, passes(fa, fb), y + w * n, t >= r0 ? n : 0, value(w), s1, s2);
+    if (!more) continue;
+    const A sum = ReduceLanes(d, s1, plus) / A(n);
+    if constexpr (kLN) {
+      mu[slot(fa)] = sum;
+      if (t + 1 >= r0) {
+        const int64_t k = slot(fb);
+        rs[k] = A(1) / std::sqrt(ReduceLanes(d, s2, plus) / A(n) + eps);
+        if (mean_out) store(mean_out, fb, mu[k]);
+        if (inv_std_out) store(inv_std_out, fb, rs[k]);
+      }
+    } else {
+      rs[slot(fa)] = A(1) / std::sqrt(sum + eps);
+      if (inv_std_out) store(inv_std_out, fa, rs[slot(fa)]);
+    }
+  }
 }
 
 template <Kind K, class T, class U, class V>
-Status run_forward(const LayerNormDesc& d, const Context& ctx) {
+Status RunForward(const LayerNormDesc& desc, const Context& ctx) {
   using A = acc_t<T, U, V>;
-  const T* x = static_cast<const T*>(d.x);
-  const V* scale = static_cast<const V*>(d.scale);
-  const V* bias = static_cast<const V*>(d.bias);
-  V* y = static_cast<V*>(d.out_y);
-  U* mean_out = static_cast<U*>(d.out_mean);
-  U* inv_std_out = static_cast<U*>(d.out_inv_std);
-  const int64_t cols = d.cols;
-  const A eps = static_cast<A>(d.epsilon);
-  if (cols == 0 && !mean_out && !inv_std_out) return {};  // every output is empty
-
-  // A mean over zero columns is taken as 0 (the sum over no elements), so that every row still gets
-  // finite statistics: mean 0, var 0, inv_std 1/sqrt(epsilon).
-  auto row_mean = [&](auto&& f) {
-    const A s = row_sums<1, A>(cols, f)[0];
-    return cols > 0 ? s / A(cols) : A(0);
-  };
-  auto row = [&](int64_t i) {
-    const int64_t base = i * cols;
-    A mu = 0, r;
-    if constexpr (K == Kind::rms_fwd) {
-      r = A(1) / std::sqrt(row_mean([&](int64_t j) {
-                             const A v = load<A>(x, base + j);
-                             return std::array<A, 1>{v * v};
-                           }) +
-                           eps);
-      for_lanes(cols, [&](int64_t j) { store(y, base + j, load<A>(x, base + j) * r * load<A>(scale, j)); });
-    } else {
-      mu = row_mean([&](int64_t j) { return std::array<A, 1>{load<A>(x, base + j)}; });
-      const A var = row_mean([&](int64_t j) {
-        const A c = load<A>(x, base + j) - mu;
-        return std::array<A, 1>{c * c};
-      });
-      r = A(1) / std::sqrt(var + eps);
-      if (bias)
-        for_lanes(cols, [&](int64_t j) {
-          store(y, base + j, (load<A>(x, base + j) - mu) * r * load<A>(scale, j) + load<A>(bias, j));
-        });
-      else
-        for_lanes(cols, [&](int64_t j) { store(y, base + j, (load<A>(x, base + j) - mu) * r * load<A>(scale, j)); });
-      if (mean_out) store(mean_out, i, mu);
+  const int64_t rows = desc.rows, cols = desc.cols;
+  if (cols == 0) {
+    // A mean over zero columns is taken as 0 (the sum over no elements), so that every row still
+    // gets finite statistics: mean 0, var 0, inv_std 1/sqrt(epsilon).
+    const A r = A(1) / std::sqrt(static_cast<A>(desc.epsilon));
+    for (int64_t i = 0; i < rows; ++i) {
+      if (desc.out_mean && K == Kind::ln_fwd) store(static_cast<U*>(desc.out_mean), i, A(0));
+      if (desc.out_inv_std) store(static_cast<U*>(desc.out_inv_std), i, r);
     }
-    if (inv_std_out) store(inv_std_out, i, r);
+    return {};
+  }
+  if (rows == 0) return {};
+  const int64_t stride = ScratchStride(cols);
+  const int64_t threads = ThreadsFor(rows, cols, ctx);
+  const V* bias_in = K == Kind::ln_fwd ? static_cast<const V*>(desc.bias) : nullptr;
+  Scratch<A> sc;
+  if (Status s = sc.Allocate(ctx, op_schema(desc.op).name, cols, stride, static_cast<const V*>(desc.scale), bias_in, 0,
+                             threads, std::is_same_v<T, A> ? 0 : 3 * stride);
+      !s)
+    return s;
+  // As for the gradients: non-temporal stores once x and y together reach the threshold.
+  const bool stream = rows * cols * static_cast<int64_t>(sizeof(T) + sizeof(V)) >= stream_min_bytes();
+  auto run = [&](auto kernel) {
+    ForEachSlot(threads, rows, ctx, [&](int64_t s, int64_t r0, int64_t r1) {
+      if (r0 < r1) kernel(desc, sc.scale, sc.bias, stride, r0, r1, sc.rings + s * sc.ring_len);
+    });
   };
-  parallel_for(d.rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), ctx,
-               [&](int64_t i0, int64_t i1) {
-                 for (int64_t i = i0; i < i1; ++i) row(i);
-               });
+  if (bias_in)
+    run(stream ? ForwardRange<K, true, true, T, U, V> : ForwardRange<K, true, false, T, U, V>);
+  else
+    run(stream ? ForwardRange<K, false, true, T, U, V> : ForwardRange<K, false, false, T, U, V>);
   return {};
 }
+
+// ---- the signatures -----------------------------------------------------------------------------
 
 template <class T, class U, class V>
-Status run_typed(const LayerNormDesc& d, const Context& ctx) {
+Status RunTyped(const LayerNormDesc& d, const Context& ctx) {
   switch (d.op) {
-    case OpId::LayerNormalizationGrad: return run_grad<Kind::ln_grad, T, U, V>(d, ctx);
-    case OpId::InvertibleLayerNormalizationGrad: return run_grad<Kind::invertible_grad, T, U, V>(d, ctx);
-    case OpId::SimplifiedLayerNormalizationGrad: return run_grad<Kind::rms_grad, T, U, V>(d, ctx);
-    case OpId::LayerNormalization: return run_forward<Kind::ln_fwd, T, U, V>(d, ctx);
-    case OpId::SimplifiedLayerNormalization: return run_forward<Kind::rms_fwd, T, U, V>(d, ctx);
+    case OpId::LayerNormalizationGrad: return RunGrad<Kind::ln_grad, T, U, V>(d, ctx);
+    case OpId::InvertibleLayerNormalizationGrad: return RunGrad<Kind::invertible_grad, T, U, V>(d, ctx);
+    case OpId::SimplifiedLayerNormalizationGrad: return RunGrad<Kind::rms_grad, T, U, V>(d, ctx);
+    case OpId::LayerNormalization: return RunForward<Kind::ln_fwd, T, U, V>(d, ctx);
+    case OpId::SimplifiedLayerNormalization: return RunForward<Kind::rms_fwd, T, U, V>(d, ctx);
     default: break;
   }
   return Status(StatusCode::internal, std::string(op_schema(d.op).name) + ": not a LayerNorm-family op");
@@ -284,27 +667,36 @@ using Signatures = SigList<Sig<float, float, float>, Sig<double, double, double>
                            Sig<half, float, float>>;
 
 template <class T, class U, class V>
-bool try_sig(Sig<T, U, V>, const LayerNormDesc& d, const Context& ctx, Status* s) {
+bool TrySig(Sig<T, U, V>, const LayerNormDesc& d, const Context& ctx, Status* s) {
   if (d.t != dtype_of<T>::value || d.u != dtype_of<U>::value || d.v != dtype_of<V>::value) return false;
-  *s = run_typed<T, U, V>(d, ctx);
+  *s = RunTyped<T, U, V>(d, ctx);
   return true;
 }
 
 template <class... S>
-Status run_signature(SigList<S...>, const LayerNormDesc& d, const Context& ctx) {
+Status RunSignature(SigList<S...>, const LayerNormDesc& d, const Context& ctx) {
   Status s;
-  if ((try_sig(S{}, d, ctx, &s) || ...)) return s;
+  if ((TrySig(S{}, d, ctx, &s) || ...)) return s;
   return Status(StatusCode::internal, std::string(op_schema(d.op).name) + ": no CPU kernel for (" +
                                           dtype_name(d.t) + ", " + dtype_name(d.u) + ", " + dtype_name(d.v) + ")");
 }
 
 }  // namespace
+
+Status LayerNorm(const LayerNormDesc& d, const Context& ctx) { return RunSignature(Signatures{}, d, ctx); }
+
+}  // namespace gradops::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gradops::cpu {
+HWY_EXPORT(LayerNorm);
 }  // namespace gradops::cpu
 
 namespace gradops::detail {
-
 Status cpu_layer_norm(const LayerNormDesc& d, const Context& ctx) {
-  return cpu::run_signature(cpu::Signatures{}, d, ctx);
+  cpu::apply_simd_target_from_environment();
+  return HWY_DYNAMIC_DISPATCH(cpu::LayerNorm)(d, ctx);
 }
-
 }  // namespace gradops::detail
+#endif

@@ -18,7 +18,7 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<LayerNormDesc> kImpls[] = {
-    {"cpu:scalar", DeviceType::cpu, nullptr, cpu_layer_norm},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_layer_norm},
 };
 
 // Where each tensor sits in the op's argument lists; -1 where the op has no such tensor.

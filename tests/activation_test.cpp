@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "support/checker.hpp"
 
@@ -141,6 +142,37 @@ TEST(Activation, GeluTailRelativeAccuracyF32) {
   ASSERT_TRUE(bias_gelu_grad({bdy, bx, b, bdx, std::nullopt}).is_ok());
   // The tail itself is not flushed to zero: Phi(-10) + (-10) phi(-10) is about -7.6e-22.
   EXPECT_LT(dx[0], 0.0f);
+}
+
+// Infinities take the limits (GELU' is 0 at -inf and 1 at +inf), NaN stays NaN, in f32 with and
+// without a bias, whatever the vector lane an element lands in.
+TEST(Activation, GeluGradSpecialValuesF32) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {-inf, inf, nan, -1e30f, 1e30f, -64.5f, 64.5f};
+  const int base = static_cast<int>(x.size());
+  for (int i = 0; i < 3 * base; ++i) x.push_back(x[i % base]);  // the same values in other lanes
+  const int n = static_cast<int>(x.size());
+  std::vector<float> dy(n, 2.0f), dx(n, -7.0f), bias(1, 0.25f);
+  const int64_t shape[] = {n}, rowshape[] = {n, 1}, bshape[] = {1};
+  auto expect = [&](const char* what) {
+    for (int i = 0; i < n; ++i) {
+      const float v = x[i];
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(dx[i])) << what << " at " << i;
+      } else {
+        const float want = v < 0 ? 0.0f : 2.0f;
+        EXPECT_EQ(dx[i], want) << what << " x = " << v;
+      }
+    }
+  };
+  TensorView vx(x.data(), DType::f32, shape), vdy(dy.data(), DType::f32, shape), vdx(dx.data(), DType::f32, shape);
+  ASSERT_TRUE(gelu_grad({vdy, vx, vdx}).is_ok());
+  expect("GeluGrad");
+  std::fill(dx.begin(), dx.end(), -7.0f);
+  TensorView bx(x.data(), DType::f32, rowshape), bdy(dy.data(), DType::f32, rowshape),
+      bdx(dx.data(), DType::f32, rowshape), b(bias.data(), DType::f32, bshape);
+  ASSERT_TRUE(bias_gelu_grad({bdy, bx, b, bdx, std::nullopt}).is_ok());
+  expect("BiasGeluGrad_dX");
 }
 
 TEST(Activation, QuickGeluGradVanishesInTheNegativeTail) {

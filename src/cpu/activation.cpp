@@ -50,34 +50,75 @@ template <class D> V<D> GeluDerivative(D d, V<D> x) {
 }
 template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
 
-// GELU'(z) in f32 lanes for z = hi + lo exactly (lo: the rounding error of a bias add, else 0).
-// Three error sources an f32 evaluation would otherwise have, and their remedies:
-// - exp(-z^2/2) from a rounded z^2 (relative error z^2 2^-24, 5e-6 at z = -13): z^2 is split
-//   exactly with an FMA and the low part applied as a first-order factor.
+// GELU'(z) in f32 lanes for z = hi + lo exactly (lo: the rounding error of a bias add, else 0),
+// from one exp and no erfc: with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h,
+// so that, with no cancellation in either tail,
+//   GELU'(hi) = e (h + hi/sqrt(2 pi))          for hi < 0,
+//   GELU'(hi) = 1 - e (h - hi/sqrt(2 pi))      for hi >= 0.
+// erfcx(t) = exp(t^2) erfc(t) is smooth and decays like 1/(t sqrt(pi)): (1 + P(u)) / (1 + 2t) with
+// u = (t - 3) / (t + 3) in [-1, 1) and P of degree 11 (relative error below 4e-9; the CUDA kernel
+// uses the same fit). The remaining error sources and their remedies:
+// - exp(-a^2/2) from a rounded a^2 (relative error a^2 2^-24, 5e-6 at a = 13): a^2 is split
+//   exactly (ExactSquare) and the low part applied as a first-order factor.
 // - the rounding of z itself (a bias add): the first-order correction GELU''(hi) lo, with
 //   GELU'' = phi (2 - z^2).
-// - cancellation between Phi(z) and z phi(z) around the zero z0 = -0.75179...: within 0.1 of it,
+// - cancellation between h and hi/sqrt(2 pi) around the zero z0 = -0.75179...: within 0.25 of it,
 //   a degree-7 Taylor polynomial in t = z - z0 (t computed exactly from hi, lo and z0 split in
 //   two floats). Coefficients c_k = GELU^(k+1)(z0) / k!.
+// a is clamped at 64 (e is 0 long before), which keeps +-inf from forming inf - inf: GELU'(-inf)
+// = 0, GELU'(inf) = 1; NaN stays NaN.
+constexpr float kErfcxPoly[12] = {2.530080676e-01f,  -1.356210709e-01f, -4.756214842e-02f, 1.296440512e-01f,
+                                  -1.192753389e-01f, 6.831692904e-02f,  -2.376340702e-02f, 2.498203656e-03f,
+                                  1.874892274e-03f,  -7.254716475e-04f, -9.247317212e-05f, 7.693195948e-05f};
 constexpr float kGeluZeroHi = -0.75179154f, kGeluZeroLo = 1.211445e-08f;
-constexpr float kGeluZeroBand = 0.1f;
+constexpr float kGeluZeroBand = 0.25f;
 constexpr float kGeluZeroTaylor[7] = {0.43149399231404695f,  0.3882849829905521f,  -0.018199676398671084f,
                                       -0.1140082332972217f,  -0.014771522148244336f, 0.019421679838189067f,
                                       0.004539228379125416f};
+// a^2 = sq + sq_lo exactly (f32 lanes): one FMA where the target has it, else Dekker's product of
+// a split into its upper and lower 12 significand bits (SSE4 and the portable target).
+template <class D> void ExactSquare(D d, V<D> a, V<D>& sq, V<D>& sq_lo) {
+  sq = hn::Mul(a, a);
+#if HWY_NATIVE_FMA
+  (void)d;
+  sq_lo = hn::MulSub(a, a, sq);
+#else
+  const hn::RebindToUnsigned<D> du;
+  const auto ah = hn::BitCast(d, hn::And(hn::BitCast(du, a), hn::Set(du, 0xFFFFF000u)));
+  const auto al = hn::Sub(a, ah);
+  sq_lo = hn::Add(hn::Add(hn::Sub(hn::Mul(ah, ah), sq), hn::Mul(hn::Add(ah, ah), al)), hn::Mul(al, al));
+#endif
+}
+
 template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
   static_assert(std::is_same_v<hn::TFromD<D>, float>);
-  const auto sq = hn::Mul(hi, hi);
-  const auto sq_lo = hn::MulSub(hi, hi, sq);  // hi^2 = sq + sq_lo exactly
-  const auto half = hn::Set(d, 0.5f);
-  auto pdf = hn::Mul(hn::Set(d, static_cast<float>(kInvSqrt2Pi)), VExp(d, hn::Mul(hn::Neg(half), sq)));
-  pdf = hn::NegMulAdd(hn::Mul(half, sq_lo), pdf, pdf);  // * exp(-sq_lo/2)
-  const auto cdf = hn::Mul(half, VErfc(d, hn::Mul(hi, hn::Set(d, static_cast<float>(-kSqrtHalf)))));
-  const auto second = hn::Mul(pdf, hn::Sub(hn::Set(d, 2.0f), sq));  // GELU''(hi)
-  const auto general = hn::MulAdd(second, lo, hn::MulAdd(hi, pdf, cdf));
-  const auto t = hn::Add(hn::Sub(hn::Sub(hi, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), k = hn::Set(d, 3.0f);
+  const auto a = hn::Min(hn::Abs(hi), hn::Set(d, 64.0f));
+  const auto neg = hn::Lt(hi, hn::Zero(d));
+  const auto x = hn::CopySignToAbs(a, hi);
+  // h = erfcx(t) / 2 with one division: 1 / ((t + K)(1 + 2t)) gives both u and 1 / (1 + 2t).
+  const auto t = hn::Mul(a, hn::Set(d, static_cast<float>(kSqrtHalf)));
+  const auto q = hn::Add(t, k), den = hn::MulAdd(hn::Set(d, 2.0f), t, one);
+  const auto r = hn::Div(one, hn::Mul(q, den));
+  const auto u = hn::Mul(hn::Mul(hn::Sub(t, k), den), r);
+  const auto inv_den = hn::Mul(q, r);
+  auto p = hn::Set(d, kErfcxPoly[11]);
+  for (int i = 10; i >= 0; --i) p = hn::MulAdd(p, u, hn::Set(d, kErfcxPoly[i]));
+  const auto h = hn::Mul(half, hn::MulAdd(p, inv_den, inv_den));
+  // e = exp(-a^2/2) with a^2 = sq + sq_lo exactly.
+  V<D> sq, sq_lo;
+  ExactSquare(d, a, sq, sq_lo);
+  const auto ex = VExp(d, hn::Mul(hn::Neg(half), sq));
+  const auto e = hn::NegMulAdd(hn::Mul(half, sq_lo), ex, ex);
+  const auto w = hn::Mul(x, hn::Set(d, static_cast<float>(kInvSqrt2Pi)));
+  const auto main = hn::IfThenElse(neg, hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), one));
+  const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<float>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, 2.0f), sq));
+  const auto general = hn::MulAdd(second, lo, main);
+  const auto tz = hn::Add(hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
   auto poly = hn::Set(d, kGeluZeroTaylor[6]);
-  for (int k = 5; k >= 0; --k) poly = hn::MulAdd(poly, t, hn::Set(d, kGeluZeroTaylor[k]));
-  return hn::IfThenElse(hn::Lt(hn::Abs(t), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, t), general);
+  for (int i = 5; i >= 0; --i) poly = hn::MulAdd(poly, tz, hn::Set(d, kGeluZeroTaylor[i]));
+  const auto result = hn::IfThenElse(hn::Lt(hn::Abs(tz), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, tz), general);
+  return hn::IfThenElse(hn::IsNaN(hi), hi, result);
 }
 
 // GELU'(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
@@ -86,11 +127,12 @@ template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
   else return GeluDerivative(d, hn::Add(hi, lo));
 }
 
-// x + b as hi + lo exactly (Knuth's TwoSum).
+// x + b as hi + lo exactly (Knuth's TwoSum); lo is 0 where hi is not finite (inf - inf).
 template <class D> void TwoSum(V<D> x, V<D> b, V<D>& hi, V<D>& lo) {
   hi = hn::Add(x, b);
   const auto bb = hn::Sub(hi, x);
   lo = hn::Add(hn::Sub(x, hn::Sub(hi, bb)), hn::Sub(b, bb));
+  lo = hn::IfThenElseZero(hn::IsFinite(hi), lo);
 }
 
 // FastGelu: y = z * s with s = sigmoid(2u), u = sqrt(2/pi) (z + gamma z^3).
@@ -148,7 +190,19 @@ void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, Acc
     if constexpr (std::is_same_v<Acc, L>) {
       if (count == n) return hn::StoreU(hn::Add(hn::LoadU(d, acc + j), r), d, acc + j);
     }
-    HWY_ALIGN L lanes[hn::MaxLanes(d)];  // f32 lanes into f64 sums; tails
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<Acc, double> && std::is_same_v<L, float>) {
+      if (count == n) {  // f32 lanes into f64 sums, a half at a time
+        const hn::Half<D> dh;
+        const hn::Rebind<double, decltype(dh)> dd;
+        const int64_t h = n / 2;
+        hn::StoreU(hn::Add(hn::LoadU(dd, acc + j), hn::PromoteTo(dd, hn::LowerHalf(dh, r))), dd, acc + j);
+        hn::StoreU(hn::Add(hn::LoadU(dd, acc + j + h), hn::PromoteTo(dd, hn::UpperHalf(dh, r))), dd, acc + j + h);
+        return;
+      }
+    }
+#endif
+    HWY_ALIGN L lanes[hn::MaxLanes(d)];  // tails
     hn::Store(r, d, lanes);
     for (int64_t k = 0; k < count; ++k) acc[j + k] += static_cast<Acc>(lanes[k]);
   };
@@ -167,9 +221,11 @@ void BiasRow(D d, const T* dy, const T* x, const T* b, T* out, int64_t cols, Acc
   if (acc) accumulate(r, j, rest);
 }
 
-// Bias ops: dx (or y) row by row; dB from fixed chunks of rows, each summed in row order, then the
-// chunk partials summed in chunk order: the same bits for any thread count. dB sums run in f64 for
-// f32 storage whatever the lanes.
+// Bias ops: dx (or y) row by row; dB from at most kBiasChunks fixed chunks of rows, each summed in
+// row order, then the chunk partials summed in chunk order: the same bits for any thread count.
+// Few chunks keep the partials (chunks x cols sums) small next to the tensor. dB sums run in f64
+// for f32 storage whatever the lanes.
+constexpr int64_t kBiasChunks = 64;
 template <class T, bool kWide, class F>
 Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
   const LaneTag<T, kWide> tag;
@@ -190,25 +246,34 @@ Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
     });
     return {};
   }
-  const int64_t chunks = chunk_count(rows, chunk_rows);
+  const int64_t sum_rows = std::max(chunk_rows, (rows + kBiasChunks - 1) / kBiasChunks);
+  const int64_t chunks = chunk_count(rows, sum_rows);
   ::gradops::detail::Workspace ws;
   const auto bytes = sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(chunks, 1) * cols);
   if (Status s = ws.allocate(ctx, Device::cpu(), bytes, "BiasGeluGrad_dX"); !s) return s;
   A* partial = ws.as<A>();
+  if (chunks == 0) std::fill(partial, partial + cols, A(0));  // no rows: dB = 0
   parallel_for(chunks, 1, ctx, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       A* acc = partial + c * cols;
       std::fill(acc, acc + cols, A(0));
-      const int64_t r1 = std::min(rows, (c + 1) * chunk_rows);
-      for (int64_t r = c * chunk_rows; r < r1; ++r) row(r, acc);
+      const int64_t r1 = std::min(rows, (c + 1) * sum_rows);
+      for (int64_t r = c * sum_rows; r < r1; ++r) row(r, acc);
     }
   });
+  // Column blocks: partial rows added in chunk order into the first, a vector at a time.
   parallel_for(cols, 4096, ctx, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      A s = 0;
-      for (int64_t c = 0; c < chunks; ++c) s += partial[c * cols + j];
-      db[j] = static_cast<T>(static_cast<std::conditional_t<sizeof(T) == 2, float, A>>(s));
+    const hn::ScalableTag<A> da;
+    const int64_t n = static_cast<int64_t>(hn::Lanes(da));
+    int64_t j = j0;
+    for (; j + n <= j1; j += n) {
+      auto s = hn::LoadU(da, partial + j);
+      for (int64_t c = 1; c < chunks; ++c) s = hn::Add(s, hn::LoadU(da, partial + c * cols + j));
+      hn::StoreU(s, da, partial + j);
     }
+    for (; j < j1; ++j)
+      for (int64_t c = 1; c < chunks; ++c) partial[j] += partial[c * cols + j];
+    for (j = j0; j < j1; ++j) db[j] = static_cast<T>(static_cast<std::conditional_t<sizeof(T) == 2, float, A>>(partial[j]));
   });
   return {};
 }

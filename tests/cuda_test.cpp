@@ -288,6 +288,21 @@ TEST_F(Cuda, SoftmaxPathPerRowLength) {
   }
 }
 
+// Row groups long enough for many row batches of the bias kernel (software pipelined for f32
+// GELU), with a ragged last batch and remainder rows, with and without dB.
+TEST_F(Cuda, BiasKernelManyRowBatches) {
+  for (DType t : {DType::f32, DType::bf16})
+    for (OpId id : {OpId::BiasGeluGrad_dX, OpId::BiasFastGeluGrad_dX})
+      for (bool without_db : {false, true}) {
+        Problem p;
+        p.op = id;
+        p.sig = {{t, t, t}};
+        p.shape = {200003, 64};
+        if (without_db) p.skip_output = {false, true};
+        ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+      }
+}
+
 // More than 65,535 rows on the block and bias paths (the sweeps cover the warp and flat ones).
 TEST_F(Cuda, MoreThan65535Rows) {
   for (OpId id : {OpId::SoftmaxGrad_13, OpId::LogSoftmax_13}) {

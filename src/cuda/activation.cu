@@ -337,21 +337,38 @@ Status run_flat(std::string_view op, const ActivationDesc& d, const Context& ctx
 // ---- with a bias: rows x cols -----------------------------------------------------------------
 
 constexpr int kBiasThreads = 256;
-// Rows in flight per thread: 8 (32 elements of f32, 64 of f16/bf16), and about one wave of blocks,
-// each a long stretch of rows: on an H200 the fastest of 2/4/8 rows x 256 to 4096 blocks, by 5 to
-// 25% with dB (a few partial rows to add) and up to 20% without (16-bit: 0.88 of copy against
-// 0.72 to 0.80).
-template <class T>
-inline constexpr int kRowUnroll = sizeof(T) == 8 ? 2 : 8;
-constexpr int64_t kTargetBlocks = 256;
+// Tuning per op and dtype, measured on an H200 (132 SMs) at 16384x4096 and 8192x3072 against
+// 2/4/8 rows a batch, plain or software pipelined, and 2 to 4 resident blocks (lab/cuda/NOTES.md):
+//   rows       rows of each input loaded per batch and thread;
+//   pipe       the loads of batch i + 1 issued before batch i is computed (two register buffers);
+//   min_blocks resident 256-thread blocks asked of the register allocator (128 registers at 2,
+//              64 at 4);
+//   target     blocks launched, at most (whole row groups of the column blocks): one wave of
+//              min_blocks blocks on each of 132 SMs. A constant, so that the row groups, and with
+//              them dB's summation order and bits, depend on the shape alone.
+// f32 GELU (its long form, ~50 instructions an element): pipelined, 0.91-0.93 of copy at
+// 16384x4096 (0.88 in the previous build; plain 8-row batches measured 0.91-0.93 as well once dB's
+// sums became optional, within the run-to-run spread). f32 FastGelu stays plain (0.96-0.97
+// against 0.93-0.94 pipelined). 16-bit: more warps with fewer rows each, 4 rows x 4 blocks (0.89,
+// dB 0.85; 8192x3072 0.79 against 0.75); the pipelined forms spilled under that register bound,
+// and 8 rows x 2 blocks measured the same or up to 4% slower. f64: 2 rows, as before.
+struct BiasTuning {
+  int rows;
+  bool pipe;
+  int min_blocks;
+  int64_t target;
+};
+template <Fn F, class T>
+constexpr BiasTuning bias_tuning() {
+  if constexpr (sizeof(T) == 8) return {2, false, 1, 256};
+  if constexpr (sizeof(T) == 2) return {4, false, 4, 4 * 132};
+  if constexpr (F == Fn::gelu_grad) return {4, true, 2, 2 * 132};
+  return {8, false, 2, 2 * 132};
+}
 constexpr int64_t kMaxPartials = 1 << 22;  // dB partials per call, at most (16 MiB in f32)
 // Column units of a block row at most (a warp's width: wider stretches of a row measured no
 // faster).
 constexpr int kBiasMaxTx = 32;
-
-// As kMinBlocks; f32 gets up to 128 registers (its GELU spilled at the allocator's choice of 64).
-template <class T>
-inline constexpr int kBiasMinBlocks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 0;
 
 struct BiasArgs {
   const void* dy;  // gradients only
@@ -368,7 +385,9 @@ struct BiasArgs {
 
 // blockDim = (TX, TY): threadIdx.x picks the column unit, threadIdx.y the row lane. Threads of a
 // column unit take rows ty, ty + TY, ... of the block's row group.
-template <Fn F, class T, int VEC, int kR = kRowUnroll<T>, int kMinB = kBiasMinBlocks<T>>
+// kDb: whether dB is wanted (a.partial set); without it no column sums are kept, one add an element
+// fewer.
+template <Fn F, class T, int VEC, int kR, int kMinB, bool kPipe, bool kDb>
 __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
   using A = compute_t<T>;
   griddep_launch_dependents();  // dB's column sum may launch now; it waits for this grid's end
@@ -413,21 +432,52 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
           const A gj = kGrad ? to_compute(g.v[j]) : A(0);
           const A y = apply<F, T>(gj, to_compute(v.v[j]) + bv[j], alpha);
           o.v[j] = from_compute<T>(y);
-          acc[j] += y;
+          if constexpr (kDb) acc[j] += y;
         }
         *reinterpret_cast<P*>(out + off) = o;
       };
-      int64_t r = r0 + ty;
-      for (; r + (kR - 1) * TY < r1; r += kR * TY) {
-        P g[kR] = {}, v[kR];
+      // Software pipelined: the loads of batch i + 1 go out before batch i is computed, so that
+      // each warp keeps kR rows of both inputs in flight through its own math (two register
+      // buffers, named apart so that their indices stay compile-time constants). Each element is
+      // still read and written by one thread, and the next batch's rows are other rows: dX may be
+      // dY. The rows of a thread are summed in the same order as without the pipeline.
+      auto load = [&](P(&g)[kR], P(&v)[kR], int64_t rr) {
 #pragma unroll
         for (int k = 0; k < kR; ++k) {
-          const int64_t off = (r + k * TY) * a.cols + col;
+          const int64_t off = (rr + k * TY) * a.cols + col;
           if constexpr (kGrad) g[k] = *reinterpret_cast<const P*>(dy + off);
           v[k] = *reinterpret_cast<const P*>(x + off);
         }
+      };
+      auto compute = [&](const P(&g)[kR], const P(&v)[kR], int64_t rr) {
 #pragma unroll
-        for (int k = 0; k < kR; ++k) row_step(g[k], v[k], (r + k * TY) * a.cols + col);
+        for (int k = 0; k < kR; ++k) row_step(g[k], v[k], (rr + k * TY) * a.cols + col);
+      };
+      const int64_t step = int64_t{kR} * TY;
+      int64_t r = r0 + ty;
+      if constexpr (kPipe) {
+        if (r + (kR - 1) * TY < r1) {
+          P g0[kR] = {}, v0[kR], g1[kR] = {}, v1[kR];
+          load(g0, v0, r);
+          for (;;) {
+            bool more = r + step + (kR - 1) * TY < r1;
+            if (more) load(g1, v1, r + step);
+            compute(g0, v0, r);
+            r += step;
+            if (!more) break;
+            more = r + step + (kR - 1) * TY < r1;
+            if (more) load(g0, v0, r + step);
+            compute(g1, v1, r);
+            r += step;
+            if (!more) break;
+          }
+        }
+      } else {
+        for (; r + (kR - 1) * TY < r1; r += step) {
+          P g[kR] = {}, v[kR];
+          load(g, v, r);
+          compute(g, v, r);
+        }
       }
       for (; r < r1; r += TY) {
         const int64_t off = r * a.cols + col;
@@ -444,11 +494,11 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
         if constexpr (kGrad) g = to_compute(dy[off]);
         const A y = apply<F, T>(g, to_compute(x[off]) + bv, alpha);
         out[off] = from_compute<T>(y);
-        acc[0] += y;
+        if constexpr (kDb) acc[0] += y;
       }
     }
 
-    if (partial) {  // the same for every thread of the launch
+    if constexpr (kDb) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) red[(ty * TX + tx) * VEC + j] = acc[j];
       __syncthreads();
@@ -497,9 +547,10 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
-template <Fn F, class T, int VEC, int kR = kRowUnroll<T>, int kMinB = kBiasMinBlocks<T>>
+template <Fn F, class T, int VEC, int kR = bias_tuning<F, T>().rows, int kMinB = bias_tuning<F, T>().min_blocks,
+          bool kPipe = bias_tuning<F, T>().pipe>
 Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev,
-                int64_t target_blocks = kTargetBlocks, int max_tx = kBiasMaxTx) {
+                int64_t target_blocks = bias_tuning<F, T>().target, int max_tx = kBiasMaxTx) {
   using A = compute_t<T>;
   BiasArgs a{d.dy, d.x, d.bias, d.out, nullptr, d.count / d.cols, d.cols, 0, d.cols, d.cols, 0, d.alpha};
   if constexpr (VEC > 1) {
@@ -520,7 +571,8 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
   const int ty = kBiasThreads / tx;
   const int64_t col_blocks = ceil_div(a.units, tx);
   // Row groups from the shape alone: dB's summation order, hence its bits, depends on nothing else.
-  int64_t groups = std::clamp<int64_t>(ceil_div(target_blocks, col_blocks), 1, ceil_div(a.rows, ty));
+  // Rounded down: a block past one wave would run alone after it.
+  int64_t groups = std::clamp<int64_t>(target_blocks / col_blocks, 1, ceil_div(a.rows, ty));
   if (d.db) groups = std::min<int64_t>(groups, std::max<int64_t>(1, kMaxPartials / d.cols));
   groups = std::min<int64_t>(groups, 65535);
   a.rows_per_group = ceil_div(a.rows, groups);
@@ -533,8 +585,9 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
     a.partial = ws.as<A>();
   }
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(col_blocks, 0x7fffffff)), static_cast<unsigned>(groups));
-  if (Status s = launch(op, "the bias kernel launch", bias_kernel<F, T, VEC, kR, kMinB>, grid, dim3(tx, ty),
-                        stream_of(ctx), a);
+  if (Status s = launch(op, "the bias kernel launch",
+                        d.db ? bias_kernel<F, T, VEC, kR, kMinB, kPipe, true> : bias_kernel<F, T, VEC, kR, kMinB, kPipe, false>,
+                        grid, dim3(tx, ty), stream_of(ctx), a);
       !s)
     return s;
   if (!d.db) return {};

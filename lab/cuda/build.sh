@@ -12,6 +12,10 @@ nvcc=${NVCC:-nvcc}
 command -v "$nvcc" >/dev/null || nvcc=/usr/local/cuda/bin/nvcc
 objs=()
 for f in lab_softmax lab_activation; do
+  # Up to date: newer than its source and every library CUDA source it includes.
+  if [ -f "$out/$f.o" ] && [ -z "$(find "$root/lab/cuda/$f.cu" "$root/src/cuda" -newer "$out/$f.o" -name '*.cu*' -print -quit)" ]; then
+    objs+=("$out/$f.o"); continue
+  fi
   "$nvcc" -c -O3 -std=c++20 -arch=sm_$arch -Xcompiler=-fPIC -Xptxas=-v,-warn-spills \
     -I"$root/include" -I"$root/src" "$root/lab/cuda/$f.cu" -o "$out/$f.o" 2>"$out/$f.ptxas.txt" || {
     grep -E "error" "$out/$f.ptxas.txt" | head -20 >&2; exit 1; }

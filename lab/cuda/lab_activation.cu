@@ -54,17 +54,24 @@ Status flat_variant(const gd::ActivationDesc& d, const Context& ctx, int unroll,
   return Status(gradops::StatusCode::invalid_argument, "lab: no such flat variant");
 }
 
-// Bias kernel: rows in flight per thread in {4, 8}, target blocks (the row groups follow), the
-// widest column stretch a block row may take (32: a warp's width, as in the previous design).
+// Bias kernel: rows per batch, plain or software pipelined (two register buffers of that many
+// rows), the register bound in resident 256-thread blocks (0: none, the previous 16-bit default),
+// target blocks (the row groups follow), the widest column stretch a block row may take.
 template <gc::Fn F, class T>
-Status bias_variant(const gd::ActivationDesc& d, const Context& ctx, int rows_unroll, int64_t target_blocks,
-                    int max_tx) {
+Status bias_variant(const gd::ActivationDesc& d, const Context& ctx, int rows_unroll, bool pipe, int min_blocks,
+                    int64_t target_blocks, int max_tx) {
   constexpr int V = gc::kPackElems<T>;
-  constexpr int M = gc::kBiasMinBlocks<T>;
   gc::DeviceInfo dev;
   if (Status s = gc::current_device("lab", &dev); !s) return s;
-  if (rows_unroll == 8) return gc::run_bias<F, T, V, 8, M>("lab", d, ctx, dev, target_blocks, max_tx);
-  return gc::run_bias<F, T, V, 4, M>("lab", d, ctx, dev, target_blocks, max_tx);
+#define LAB_BIAS(R, PIPE, MB)                               \
+  if (rows_unroll == R && pipe == PIPE && min_blocks == MB) \
+    return gc::run_bias<F, T, V, R, MB, PIPE>("lab", d, ctx, dev, target_blocks, max_tx);
+  LAB_BIAS(8, false, 0) LAB_BIAS(8, false, 2) LAB_BIAS(4, true, 2)
+  if constexpr (sizeof(T) == 2) {  // f32 spills under a bound of 3 or 4 blocks
+    LAB_BIAS(4, false, 3) LAB_BIAS(2, true, 3) LAB_BIAS(4, false, 4) LAB_BIAS(2, true, 4) LAB_BIAS(2, false, 4)
+  }
+#undef LAB_BIAS
+  return Status(gradops::StatusCode::invalid_argument, "lab: no such bias variant");
 }
 
 }  // namespace lab
@@ -94,9 +101,10 @@ int lab_flat(int fn, int dtype, const void* dy, const void* x, void* out, int64_
   }));
 }
 
-// fn: 0 BiasGeluGrad_dX, 1 BiasFastGeluGrad_dX; db may be null.
+// fn: 0 BiasGeluGrad_dX, 1 BiasFastGeluGrad_dX; db may be null; pipe: 1 for the pipelined loop.
 int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, void* out, void* db, int64_t rows,
-             int64_t cols, int rows_unroll, int64_t target_blocks, int max_tx, void* stream) {
+             int64_t cols, int rows_unroll, int pipe, int min_blocks, int64_t target_blocks, int max_tx,
+             void* stream) {
   using namespace lab;
   Context ctx;
   ctx.cuda_stream = stream;
@@ -104,8 +112,8 @@ int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, vo
     using T = decltype(tag);
     const OpId op = fn == 0 ? OpId::BiasGeluGrad_dX : OpId::BiasFastGeluGrad_dX;
     const gd::ActivationDesc d{op, dtype_of(dtype), rows * cols, cols, dy, x, b, out, db, 0.0f};
-    if (fn == 0) return bias_variant<gc::Fn::gelu_grad, T>(d, ctx, rows_unroll, target_blocks, max_tx);
-    return bias_variant<gc::Fn::fast_gelu_grad, T>(d, ctx, rows_unroll, target_blocks, max_tx);
+    if (fn == 0) return bias_variant<gc::Fn::gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
+    return bias_variant<gc::Fn::fast_gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
   }));
 }
 

@@ -40,7 +40,8 @@ Status visit_dtype(int code, G&& g) {
 //               lane count aims at.
 // path 1, block: cfg 0 staged through shared memory (N = 2, or 4 where needed; at most max_threads
 //                threads), 1 staged with N = 4, 2 the register kernel (f32 4 packs, 16-bit 2, up to
-//                512 threads; the library's for one-block rows and f32).
+//                512 threads; the library's for one-block rows and f32), 3 the register kernel for
+//                one-block rows with registers bounded for 3 resident blocks of 512 threads.
 // path 2, two passes.
 template <gd::SoftmaxKind K, class T>
 Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl, int max_threads) {
@@ -58,6 +59,15 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
       return gc::run_warp<K, T, V, false>("lab", d, ctx, dev, tune);
     case 1:
       if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
+      if (cfg == 3) {  // one block a row, registers bounded for 3 resident blocks of 512 threads
+        constexpr int N = gc::kBlockPacks<T>;
+        const int64_t threads = ((d.axis_len / V + N - 1) / N + 31) / 32 * 32;
+        if (threads > gc::kBlockMaxThreads)
+          return Status(gradops::StatusCode::invalid_argument, "lab: the row needs more than one block");
+        const gc::RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
+        return gc::launch("lab", "block m3", gc::block_kernel<K, T, V, 1, 3>, dim3(static_cast<unsigned>(d.outer)),
+                          dim3(static_cast<unsigned>(std::max<int64_t>(threads, 32))), gc::stream_of(ctx), a);
+      }
       {
         tune.staged_packs = cfg == 1 ? 4 : 0;
         bool launched = false;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One lab session on a GPU machine, from prebuilt binaries carried in .gpubin/ (new/: libgradops.so,
-# cuda_test, liblab.so; old/: the previous libgradops.so; lib/: runtime fallbacks) and .deps/:
+# cuda_test, liblab.so; old/: the previous libgradops.so, optional; lib/: runtime fallbacks) and .deps/:
 # the CUDA tests, the lab's sweep, bench/gpu_bench.py on the new library, SASS statistics. Results go to $OUT (default out/lab).
-#   lab/cuda/run_device.sh [tests] [lab] [bench] [sass] [-- lab.py arguments]
+#   lab/cuda/run_device.sh [tests] [lab] [bench] [sass] [ncu] [-- lab.py arguments]
+# ncu: hardware counters of the first NCU_COUNT (1) launches of the kernels matching NCU_KERNELS
+# (a regex, default staged_kernel) while lab.py runs with NCU_ARGS (default: SoftmaxGrad sections
+# at 2048x32768 bf16).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/lab}
@@ -20,20 +23,32 @@ for s in "${steps[@]}"; do
   case "$s" in
     tests)
       echo "== cuda_test"
-      timeout 180 .gpubin/new/cuda_test --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} >"$out/cuda_test.log" 2>&1
+      timeout 300 .gpubin/new/cuda_test --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} >"$out/cuda_test.log" 2>&1
       rc=$?; tail -n 25 "$out/cuda_test.log"; echo "cuda_test rc=$rc"; ((rc)) && status=1 ;;
     lab)
       echo "== lab"
+      old=(); [ -f .gpubin/old/libgradops.so ] && old=(--old .gpubin/old/libgradops.so)
       PYTHONUNBUFFERED=1 timeout 360 python3 lab/cuda/lab.py --new .gpubin/new/libgradops.so \
-        --old .gpubin/old/libgradops.so --lab .gpubin/new/liblab.so --out "$out" "${lab_args[@]}" >"$out/lab.log" 2>&1
-      rc=$?; echo "lab rc=$rc"; ((rc)) && { tail -n 30 "$out/lab.log"; status=1; } ;;
+        "${old[@]}" --lab .gpubin/new/liblab.so --out "$out" "${lab_args[@]}" >"$out/lab.log" 2>&1
+      rc=$?; echo "lab rc=$rc"; ((rc)) && { tail -n 30 "$out/lab.log"; status=1; }
+      ((rc)) || sed -n '/== summary/,$p' "$out/lab.log" ;;
     bench)
       echo "== bench"
       PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu_bench.py --lib .gpubin/new/libgradops.so --out "$out" \
         >"$out/bench.log" 2>&1
       rc=$?; echo "bench rc=$rc"; ((rc)) && status=1 ;;
+    ncu)
+      # Clocks as found (--clock-control none).
+      echo "== ncu"
+      timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+        -k "regex:${NCU_KERNELS:-staged_kernel}" -c "${NCU_COUNT:-1}" python3 lab/cuda/lab.py \
+        --new .gpubin/new/libgradops.so --lab .gpubin/new/liblab.so --out "$out/ncu_lab" --repeats 1 \
+        ${NCU_ARGS:---sections softmax --shapes 2048x32768 --dtypes bf16} >"$out/ncu.txt" 2>&1
+      echo "ncu rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Issued Ipc Active|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" "$out/ncu.txt" | head -40 ;;
     sass)
       for f in new/libgradops.so old/libgradops.so; do
+        [ -f ".gpubin/$f" ] || continue
         cuobjdump -sass ".gpubin/$f" 2>/dev/null | python3 lab/cuda/sass_stats.py 'flat_kernel|bias_kernel|warp_kernel|block_kernel' \
           >"$out/sass_${f%%/*}.tsv"
       done

@@ -378,9 +378,11 @@ constexpr int kBlockMaxThreads = 512;
 constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
 
 // A row held by C blocks of blockDim.x threads: thread t of the cluster holds packs k*T + t of the
-// row's aligned body (T threads in all), and at most one element before and one after it.
-template <SoftmaxKind K, class T, int VEC, int C>
-__global__ void __launch_bounds__(kBlockMaxThreads, 2) block_kernel(RowArgs a) {
+// row's aligned body (T threads in all), and at most one element before and one after it. kMinB:
+// resident 512-thread blocks asked of the register allocator (2: 64 registers; the lab's tighter
+// bound for 16-bit one-block rows spilled and measured 1.5 times slower).
+template <SoftmaxKind K, class T, int VEC, int C, int kMinB = 2>
+__global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
   constexpr int N = kBlockPacks<T>;

@@ -7,6 +7,8 @@
 #   scripts/gpu_bench.sh --tests-only    # build and test
 #   scripts/gpu_bench.sh --bench-only    # build and benchmark
 #   scripts/gpu_bench.sh -- --quick      # arguments after -- go to bench/gpu_bench.py
+#   scripts/gpu_bench.sh --prebuilt DIR  # no build: DIR holds libgradops.so and cuda_test, built for
+#                                        # this GPU from the same sources (e.g. on another machine)
 #
 # Environment: CUDA_ARCH (default: the GPU's, from nvidia-smi; else "native"), BUILD_DIR, OUT_DIR,
 # PYTHON (default python3, which must import torch), GTEST_FILTER (for the tests),
@@ -19,12 +21,13 @@ root=$(pwd)
 build=${BUILD_DIR:-build/gpu}
 out=${OUT_DIR:-out/gpu}
 python=${PYTHON:-python3}
-run_tests=1 run_bench=1
+run_tests=1 run_bench=1 prebuilt=""
 bench_args=()
 while (($#)); do
   case "$1" in
     --tests-only) run_bench=0 ;;
     --bench-only) run_tests=0 ;;
+    --prebuilt) shift; prebuilt=$(cd "${1:?--prebuilt needs a directory}" && pwd) ;;
     --) shift; bench_args=("$@"); break ;;
     *) echo "gpu_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -34,15 +37,12 @@ mkdir -p "$out"
 
 command -v nvidia-smi >/dev/null || { echo "gpu_bench.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
-if [ -z "${CUDA_ARCH:-}" ]; then
-  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
-  CUDA_ARCH=${cap:-native}
+lib="$build/libgradops.so" test_bin="$build/tests/cuda_test"
+if [ -n "$prebuilt" ]; then
+  lib="$prebuilt/libgradops.so" test_bin="$prebuilt/cuda_test"
+  [ -f "$lib" ] || { echo "gpu_bench.sh: $lib not found" >&2; exit 1; }
+  echo "gpu_bench.sh: prebuilt library $lib"
 fi
-echo "gpu_bench.sh: building for CUDA architecture $CUDA_ARCH"
-
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
-            -DGRADOPS_BUILD_TESTS=ON -DGRADOPS_BUILD_TOOLS=OFF)
-[ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null && cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 prefixes=()
 if [ -n "${GRADOPS_DEPS_PREFIX:-}" ]; then
   deps=$(cd "$GRADOPS_DEPS_PREFIX" && pwd)
@@ -52,6 +52,17 @@ if [ -n "${GRADOPS_DEPS_PREFIX:-}" ]; then
   done
   export CPATH="$deps/usr/include${CPATH:+:$CPATH}"
 fi
+# The build (skipped with --prebuilt).
+if [ -z "$prebuilt" ]; then
+if [ -z "${CUDA_ARCH:-}" ]; then
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+  CUDA_ARCH=${cap:-native}
+fi
+echo "gpu_bench.sh: building for CUDA architecture $CUDA_ARCH"
+
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
+            -DGRADOPS_BUILD_TESTS=ON -DGRADOPS_BUILD_TOOLS=OFF)
+[ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null && cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 
 # GoogleTest: an installed package config, else build and install the sources into the build tree.
 have_gtest=0
@@ -92,11 +103,12 @@ if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$out/build.l
   exit 1
 fi
 grep -E "warning" "$out/build.log" || true
+fi
 
 status=0
 if ((run_tests)); then
   echo "gpu_bench.sh: CUDA tests"
-  if ! "$build/tests/cuda_test" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
+  if ! "$test_bin" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
       tee "$out/cuda_test.log"; then
     status=1
   fi
@@ -109,7 +121,7 @@ if ((run_bench)); then
   echo "gpu_bench.sh: benchmark"
   "$python" -c "import torch; assert torch.cuda.is_available()" ||
     { echo "gpu_bench.sh: $python cannot use PyTorch with CUDA" >&2; exit 1; }
-  PYTHONUNBUFFERED=1 "$python" bench/gpu_bench.py --lib "$build/libgradops.so" --out "$out" ${bench_args[@]+"${bench_args[@]}"} ||
+  PYTHONUNBUFFERED=1 "$python" bench/gpu_bench.py --lib "$lib" --out "$out" ${bench_args[@]+"${bench_args[@]}"} ||
     status=1
 fi
 exit $status

@@ -31,6 +31,20 @@ def uniform(shape, dtype, lo=-1.0, hi=1.0):
     return (torch.rand(shape, dtype=torch.float32) * (hi - lo) + lo).to(dtype)
 
 
+def first_working(*peers):
+    """The first of several spellings of a PyTorch call that this PyTorch accepts: versions differ in
+    the dtypes they take for saved statistics of 16-bit tensors (1.13 wants them in the tensor's
+    dtype, later versions in f32)."""
+    error = None
+    for peer in peers:
+        try:
+            peer()
+            return peer
+        except (RuntimeError, NotImplementedError) as e:
+            error = e
+    raise error
+
+
 def elementwise(op, peer, second="x", attrs=None, n=1 << 24):
     def make(dtype, scale):
         m = int(n * scale)
@@ -95,7 +109,10 @@ def layer_norm(op, shape=(8192, 1024)):
         else:
             ins = [dy, x, w, mean, rstd]
         # PyTorch's nearest op for all three: native_layer_norm_backward with every output.
-        peer = lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True])
+        peer = first_working(
+            lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True]),
+            lambda: aten.native_layer_norm_backward(dy, x, [cols], mean.to(dtype), rstd.to(dtype), w, b,
+                                                    [True, True, True]))
         return dict(ins=ins, outs=outs, attrs={"axis": -1}, peer=peer, ref_out=None, shape=[rows, cols])
     return op, make
 
@@ -111,10 +128,15 @@ def batch_norm(op, shape=(32, 256, 28, 28)):
         xf = x.float().transpose(0, 1).reshape(c, -1)
         mean = xf.mean(1)
         invstd = torch.rsqrt(xf.var(1, unbiased=False) + 1e-5)
-        wt = w.to(dtype) if dtype == torch.float32 else w
+        wt = w.to(dtype)  # gradops: scale in the tensors' dtype, statistics in f32
         outs = [torch.empty_like(x), torch.empty_like(wt), torch.empty_like(wt)]
-        peer = lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean, invstd, True, 1e-5,
-                                                       [True, True, True])
+        peer = first_working(
+            lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean, invstd, True, 1e-5,
+                                                    [True, True, True]),
+            lambda: aten.native_batch_norm_backward(dy, x, wt.float(), None, None, mean, invstd, True, 1e-5,
+                                                    [True, True, True]),
+            lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean.to(dtype), invstd.to(dtype),
+                                                    True, 1e-5, [True, True, True]))
         return dict(ins=[dy, x, wt, mean, invstd], outs=outs, attrs={"epsilon": 1e-5}, peer=peer, ref_out=None,
                     shape=list(shp))
     return op, make
@@ -172,9 +194,9 @@ def main():
             continue
         for name in args.dtype.split(","):
             dtype = TORCH_DTYPES[name]
-            c = make(dtype, args.scale)
-            run = g.prepare(op, c["ins"], c["outs"], c["attrs"], threads=args.threads)
             try:
+                c = make(dtype, args.scale)
+                run = g.prepare(op, c["ins"], c["outs"], c["attrs"], threads=args.threads)
                 run()
                 peer_out = c["peer"]()
             except (RuntimeError, NotImplementedError) as e:

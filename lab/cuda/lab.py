@@ -266,14 +266,19 @@ class Lab:
     def bias(self, dtypes):
         for shape in ((16384, 4096), (8192, 3072)):
             rows, cols = shape
-            for fn_id, op, approx in ((0, "BiasGeluGrad_dX", "none"), (1, "BiasFastGeluGrad_dX", "tanh")):
+            ops = [(0, "BiasGeluGrad_dX", "none"), (1, "BiasFastGeluGrad_dX", "tanh"), (2, "BiasReluGrad (lab)", "relu")]
+            for fn_id, op, approx in [o for o in ops if o[2] in self.bias_ops]:
                 for with_db in (False, True):
                     for name in dtypes:
                         dt = DT[name]
                         case = f"{op}{' +dB' if with_db else ''} {name} {rows}x{cols}"
                         print(f"== {case}", flush=True)
                         dy, x, b = randn(shape, dt), randn(shape, dt, 2.0), randn((cols,), dt)
-                        g = aten.gelu_backward(dy.double(), x.double() + b.double(), approximate=approx)
+                        def grad(g_, v_):
+                            if approx == "relu":  # the kernel's access pattern with next to no math
+                                return aten.threshold_backward(g_, v_, 0)
+                            return aten.gelu_backward(g_, v_, approximate=approx)
+                        g = grad(dy.double(), x.double() + b.double())
                         refs = [g, g.sum(0)] if with_db else [g]
                         dx = torch.empty_like(dy)
                         db = torch.empty_like(b) if with_db else None
@@ -282,14 +287,14 @@ class Lab:
                         nb = (3 * rows * cols + (2 if with_db else 1) * cols) * es
                         if with_db:
                             def peer():
-                                t = aten.gelu_backward(dy, x + b, approximate=approx)
+                                t = grad(dy, x + b)
                                 return t, t.sum(0)
                         else:
                             def peer():
-                                return aten.gelu_backward(dy, x + b, approximate=approx)
+                                return grad(dy, x + b)
                         tms = self.time_torch(case, peer, nb)
                         for libname, lib in (("new", self.new), ("old", self.old)):
-                            if lib is not None:
+                            if lib is not None and fn_id < 2:
                                 call = lib.prepare(op, [dy, x, b], outs, {}, stream=self.stream)
                                 self.measure(case, libname, call, outs, refs, nb, tms)
                         for ru, pipe, mb, tb in BIAS_VARIANTS:
@@ -336,9 +341,12 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16,f16")
     ap.add_argument("--shapes", default="", help="softmax shapes, e.g. 65536x128,8192x4096 (default: all)")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--bias-ops", default="none,tanh",
+                    help="bias section: none (GELU), tanh (FastGelu), relu (ReluGrad of X + B: the kernel without its math)")
     args = ap.parse_args()
     torch.manual_seed(0)
     lab = Lab(args)
+    lab.bias_ops = args.bias_ops.split(",")
     lab.copy_gbs = copy_bandwidth(lab.timer)
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, copy {lab.copy_gbs:.0f} GB/s",
           flush=True)

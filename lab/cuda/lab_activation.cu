@@ -101,7 +101,8 @@ int lab_flat(int fn, int dtype, const void* dy, const void* x, void* out, int64_
   }));
 }
 
-// fn: 0 BiasGeluGrad_dX, 1 BiasFastGeluGrad_dX; db may be null; pipe: 1 for the pipelined loop.
+// fn: 0 BiasGeluGrad_dX, 1 BiasFastGeluGrad_dX, 2 ReluGrad of X + B (the kernel without its math);
+// db may be null; pipe: 1 for the pipelined loop.
 int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, void* out, void* db, int64_t rows,
              int64_t cols, int rows_unroll, int pipe, int min_blocks, int64_t target_blocks, int max_tx,
              void* stream) {
@@ -110,9 +111,11 @@ int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, vo
   ctx.cuda_stream = stream;
   return report(visit_dtype(dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    const OpId op = fn == 0 ? OpId::BiasGeluGrad_dX : OpId::BiasFastGeluGrad_dX;
+    const OpId op = fn == 0 ? OpId::BiasGeluGrad_dX : fn == 1 ? OpId::BiasFastGeluGrad_dX : OpId::ReluGrad;
     const gd::ActivationDesc d{op, dtype_of(dtype), rows * cols, cols, dy, x, b, out, db, 0.0f};
     if (fn == 0) return bias_variant<gc::Fn::gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
+    if (fn == 2)  // not an op: the bias kernel's loads, stores and dB with next to no math
+      return bias_variant<gc::Fn::relu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
     return bias_variant<gc::Fn::fast_gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
   }));
 }

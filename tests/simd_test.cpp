@@ -2,8 +2,10 @@
 // transcendentals in ulps against a long double reference over dense samples of their domains.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "cpu/simd.hpp"
@@ -59,6 +61,50 @@ TEST_P(SimdTarget, EveryOpMatchesTheOracleWithStreamingStores) {
 INSTANTIATE_TEST_SUITE_P(Targets, SimdTarget, ::testing::ValuesIn(targets()),
                          [](const auto& info) { return info.param; });
 
+// The same without the AVX512-BF16 conversion, where the AVX-512 target would use it: the integer
+// rounding path (skipped on other targets and on CPUs without the instruction).
+TEST_P(SimdTarget, EveryOpMatchesTheOracleWithoutNativeBf16) {
+  if (GetParam() != "avx512" || !cpu::native_bf16()) GTEST_SKIP() << "no AVX512-BF16 conversion on this target";
+  cpu::set_native_bf16(false);
+  every_op_matches_the_oracle(GetParam(), {{1, 1}, {3, 17}, {5, 33}, {2, 3, 40}});
+  cpu::set_stream_min_bytes(0);
+  every_op_matches_the_oracle(GetParam(), {{4, 131}, {2, 1000}});
+  cpu::set_stream_min_bytes(-1);
+  cpu::set_native_bf16(true);
+}
+
+// f32 -> bf16 as the kernels round it, on every target and (on AVX-512) both conversion paths,
+// against the exact scalar conversion: every 61st bit pattern of both signs (normal, subnormal,
+// inf, NaN) and ties to even.
+TEST_P(SimdTarget, Bf16RoundingIsExact) {
+  std::vector<float> in;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 61) {
+    float v;
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(&v, &b, 4);
+    in.push_back(v);
+  }
+  for (uint32_t b : {0x3f808000u, 0x3f818000u, 0x00008000u, 0x00018000u, 0x807fffffu, 0x7f7fffffu, 0x7f7f8000u})
+    for (int k = 0; k < 16; ++k) in.push_back(std::bit_cast<float>(b));
+  for (bool native : {true, false}) {
+    cpu::set_native_bf16(native);
+    std::vector<uint16_t> out(in.size());
+    cpu::narrow_to_bf16(in.data(), out.data(), static_cast<int64_t>(in.size()));
+    int64_t wrong = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const bfloat16 want(in[i]);
+      uint16_t want_bits;
+      std::memcpy(&want_bits, &want, 2);
+      const bool both_nan = std::isnan(in[i]) && (out[i] & 0x7fffu) > 0x7f80u && (out[i] & 0x40u);
+      if (out[i] != want_bits && !both_nan && wrong++ < 5)
+        ADD_FAILURE() << GetParam() << (native ? " native" : " integer") << ": bits " << std::hex
+                      << std::bit_cast<uint32_t>(in[i]) << " -> " << out[i] << ", want " << want_bits;
+    }
+    EXPECT_EQ(wrong, 0) << GetParam() << (native ? " native" : " integer");
+  }
+  cpu::set_native_bf16(true);
+}
+
 // Distance in units in the last place of T at the reference value.
 template <class T>
 double ulps(T got, long double ref) {
@@ -109,6 +155,30 @@ TEST_P(SimdTarget, VectorMathF32Ulps) {
       if (u > worst) worst = u, at = in[i];
     }
     EXPECT_LE(worst, bound(m, GetParam())) << m.name << " f32 worst at x = " << at;
+  }
+}
+
+// exp's edges in f32 lanes: overflow to inf, underflow through the subnormals to 0, infinities,
+// NaN; each in every lane position.
+TEST_P(SimdTarget, VectorExpF32Edges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> base = {inf, -inf, std::nanf(""), 1e30f, -1e30f, 88.8f, 200.0f, -104.5f,
+                                   -100.0f, -95.0f, -88.0f, -87.3f, 0.0f, -0.0f, 1e-30f};
+  std::vector<float> in;
+  for (int shift = 0; shift < 17; ++shift)
+    for (std::size_t i = 0; i < base.size(); ++i) in.push_back(base[(i + shift) % base.size()]);
+  std::vector<float> out(in.size());
+  cpu::eval_vector_math(cpu::VectorMath::exp, in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const float x = in[i];
+    const long double ref = std::exp(static_cast<long double>(x));
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(out[i])) << "exp(NaN)";
+    } else if (std::fabs(ref) < FLT_MIN) {  // subnormal or 0: within one subnormal step
+      EXPECT_LE(std::fabs(out[i] - ref), std::numeric_limits<float>::denorm_min()) << "exp(" << x << ")";
+    } else {
+      EXPECT_LE(ulps(out[i], ref), bound(kMath[1], GetParam())) << "exp(" << x << ") = " << out[i];
+    }
   }
 }
 

@@ -36,6 +36,21 @@ void EvalVectorMath(VectorMath f, const T* in, T* out, int64_t n) {
     std::copy(buf, buf + m, out + i);
   }
 }
+// The kernels' f32 -> bf16 rounding (Narrow) over n values, whole vectors through a padded copy.
+void NarrowBf16(const float* in, uint16_t* out, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<uint16_t, decltype(d)> dn;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += lanes) {
+    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+    HWY_ALIGN uint16_t bits[hn::MaxLanes(dn)];
+    const int64_t m = std::min(lanes, n - i);
+    std::copy(in + i, in + i + m, buf);
+    hn::Store(Narrow<bfloat16>(d, hn::Load(d, buf)), dn, bits);
+    std::copy(bits, bits + m, out + i);
+  }
+}
+
 void EvalF32(VectorMath f, const float* in, float* out, int64_t n) { EvalVectorMath(f, in, out, n); }
 void EvalF64(VectorMath f, const double* in, double* out, int64_t n) { EvalVectorMath(f, in, out, n); }
 
@@ -46,6 +61,12 @@ HWY_AFTER_NAMESPACE();
 namespace gradops::cpu {
 HWY_EXPORT(EvalF32);
 HWY_EXPORT(EvalF64);
+HWY_EXPORT(NarrowBf16);
+
+void narrow_to_bf16(const float* in, uint16_t* out, int64_t n) {
+  apply_simd_target_from_environment();
+  HWY_DYNAMIC_DISPATCH(NarrowBf16)(in, out, n);
+}
 
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n) {
   apply_simd_target_from_environment();
@@ -73,7 +94,9 @@ int64_t available() { return hwy::SupportedTargets() & HWY_TARGETS; }
 const char* simd_target_name() {
   apply_simd_target_from_environment();
   const int64_t t = available();
-  return t ? hwy::TargetName(t & -t) : "none";
+  if (!t) return "none";
+  const int64_t best = t & -t;
+  return best == HWY_AVX3 && native_bf16() ? "AVX3+BF16" : hwy::TargetName(best);
 }
 
 bool force_simd_target(std::string_view name) {
@@ -114,6 +137,27 @@ int64_t stream_min_bytes() {
 }
 
 void set_stream_min_bytes(int64_t bytes) { g_stream_min_bytes.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
+
+namespace {
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+const bool kCpuBf16 = cpu_has_avx512_bf16();
+}  // namespace
+
+std::atomic<bool> g_native_bf16{kCpuBf16};
+
+bool native_bf16() { return g_native_bf16.load(std::memory_order_relaxed); }
+
+bool set_native_bf16(bool on) {
+  g_native_bf16.store(on && kCpuBf16, std::memory_order_relaxed);
+  return native_bf16();
+}
 
 void apply_simd_target_from_environment() {
   static const bool applied = [] {

@@ -1,6 +1,7 @@
 // Which SIMD target the CPU kernels run on.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -24,6 +25,9 @@ enum class VectorMath { erfc, exp, tanh, log };
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n);
 void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n);
 
+// The kernels' f32 -> bf16 rounding on the current target, over n values (for the tests).
+void narrow_to_bf16(const float* in, uint16_t* out, int64_t n);
+
 // Output size in bytes from which kernels write with non-temporal stores: an eighth of the
 // last-level cache as the OS reports it (4 MiB when it reports none). Below it a result stays in
 // cache for whatever reads it next; above it a normal store costs an extra read of each line
@@ -34,6 +38,16 @@ int64_t stream_min_bytes();
 // Replaces that threshold (tests use 0 to run every kernel's streaming path on small tensors); a
 // negative value restores the default.
 void set_stream_min_bytes(int64_t bytes);
+
+// Whether the AVX-512 target rounds f32 to bf16 with the CPU's AVX512-BF16 conversion (where the
+// CPU has it) instead of integer arithmetic. Both round to nearest even and quiet NaNs; the
+// instruction flushes subnormal inputs to zero, so vectors holding one take the integer path.
+bool native_bf16();
+
+// Turns the AVX512-BF16 conversion off (tests run both paths) or back on where the CPU has it;
+// returns native_bf16().
+bool set_native_bf16(bool on);
+extern std::atomic<bool> g_native_bf16;  // what native_bf16() reads, for the kernels' inner loops
 
 // Called by every dispatching entry point before its first kernel.
 void apply_simd_target_from_environment();

@@ -1,5 +1,5 @@
 // Softmax family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable target
-// (Highway), chosen at run time; exp and log are SLEEF's vector functions (cpu/simd-inl.h).
+// (Highway), chosen at run time; exp is inline and log SLEEF's vector function (cpu/simd-inl.h).
 //
 // The descriptor's two layouts (see ops/softmax.hpp):
 //   inner == 1, contiguous rows: per row, the reduction pass with four vector accumulators

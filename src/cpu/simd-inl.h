@@ -270,7 +270,9 @@ HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
       p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
       p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
       const auto e = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));
-      return hn::Vec<D>{_mm512_scalef_ps(e.raw, n.raw)};
+      // The zero-masking form: GCC 12's plain _mm512_scalef_ps passes an undefined vector to the
+      // builtin and warns about it wherever it is inlined.
+      return hn::Vec<D>{_mm512_maskz_scalef_ps(static_cast<__mmask16>(0xFFFF), e.raw, n.raw)};
     }
 #endif
     const auto limit = hn::Set(d, 104.0f);

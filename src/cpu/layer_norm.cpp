@@ -70,77 +70,6 @@ using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<U, 
 
 template <class D> using Vec = hn::Vec<D>;
 
-// ---- rows of 16-bit types on AVX-512 --------------------------------------------------------------
-// bf16 is widened and narrowed with one word permutation (vpermw) instead of a widening move and a
-// shift, or a shift, a pack and a lane permutation: the bf16 kernels are bound by vector operations,
-// and these are a fifth of them. The bits are those of LoadWide and StoreNarrow.
-
-#undef GRADOPS_LN_VPERMW  // this file is compiled once per target
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-#define GRADOPS_LN_VPERMW 1
-// Word 2i + 1 (the high half of f32 lane i) takes bf16 i; the even words are zeroed by the mask.
-alignas(64) constexpr uint16_t kWidenWords[32] = {0, 0,  0, 1,  0, 2,  0, 3,  0, 4,  0, 5,  0, 6,  0, 7,
-                                                  0, 8,  0, 9,  0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
-// The high words of the f32 lanes of a, then (for the pair) of b.
-alignas(64) constexpr uint16_t kHighWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-#endif
-
-// LoadWideN, with the bf16 fast path for whole vectors.
-template <class D, class T>
-HWY_INLINE Vec<D> LoadRow(D d, const T* HWY_RESTRICT p, int64_t valid) {
-#if defined(GRADOPS_LN_VPERMW)
-  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
-    if (valid == 16) {
-      const __m512i words = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      return Vec<D>{_mm512_castsi512_ps(
-          _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, _mm512_load_si512(kWidenWords), words))};
-    }
-  }
-#endif
-  return LoadWideN(d, p, valid);
-}
-
-#if defined(GRADOPS_LN_VPERMW)
-// v rounded to bf16 (round to nearest even, NaN kept and quieted, as Narrow does), in the high
-// word of each f32 lane.
-HWY_INLINE __m512i RoundToBF16High(hn::Vec512<float> v) {
-  const hn::Full512<uint32_t> du;
-  const auto bits = hn::BitCast(du, v);
-  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
-  const auto rounded = hn::Add(hn::Add(bits, hn::Set(du, 0x7fff)), odd);
-  const auto quiet_nan = hn::Or(bits, hn::Set(du, 0x00400000u));
-  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded).raw;
-}
-#endif
-
-// StoreNarrow of a whole vector.
-template <class D, class T>
-HWY_INLINE void StoreRow(D d, Vec<D> v, T* HWY_RESTRICT p) {
-#if defined(GRADOPS_LN_VPERMW)
-  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
-    // The low 16 words, through a masked store: GCC 12 warns about its own 512-to-256-bit cast.
-    _mm512_mask_storeu_epi16(p, 0xFFFFu, _mm512_permutexvar_epi16(_mm512_load_si512(kHighWords), RoundToBF16High(v)));
-    return;
-  }
-#endif
-  StoreNarrow(d, v, p);
-}
-
-// StreamNarrow (p aligned to the bytes written).
-template <class D, class T>
-HWY_INLINE void StreamRow(D d, Vec<D> lo, Vec<D> hi, T* HWY_RESTRICT p) {
-#if defined(GRADOPS_LN_VPERMW)
-  if constexpr (std::is_same_v<T, bfloat16> && std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(d) == 16) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(p),
-                        _mm512_permutex2var_epi16(RoundToBF16High(lo), _mm512_load_si512(kHighWords), RoundToBF16High(hi)));
-    return;
-  }
-#endif
-  StreamNarrow(d, lo, hi, p);
-}
-
 // ---- the row driver ---------------------------------------------------------------------------
 
 // FoldBlocksWriting (cpu/simd-inl.h) with two sums folded side by side: vector block b of [0, n)
@@ -158,29 +87,18 @@ HWY_INLINE void FoldPairWriting(D d, int64_t n, const Step& step, T* HWY_RESTRIC
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t w = 0;
   bool stream = false;
-  if constexpr (kStream) {
-    const auto addr = reinterpret_cast<uintptr_t>(out);
-    const uintptr_t bytes = static_cast<uintptr_t>(L * kStreamVectors<D, T>) * sizeof(T);
-    if (n_out > 0 && addr % sizeof(T) == 0) {
-      const int64_t head = std::min(n_out, static_cast<int64_t>((bytes - addr % bytes) % bytes / sizeof(T)));
-      for (; w < head; w += std::min(L, head - w)) {
-        const int64_t valid = std::min(L, head - w);
-        StoreNarrowN(d, value(w, valid), out + w, valid);
-      }
-      stream = true;
-    }
-  }
+  if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w);
   auto write_whole = [&](int64_t count) HWY_ATTR {
     if (kStream && stream) {
       constexpr int64_t kV = kStreamVectors<D, T>;
       for (; count >= kV && w + kV * L <= n_out; count -= kV, w += kV * L) {
         const auto lo = value(w, L);
         const auto hi = kV == 2 ? value(w + L, L) : hn::Zero(d);
-        StreamRow(d, lo, hi, out + w);
+        StreamNarrow(d, lo, hi, out + w);
       }
-      if (count > 0 && w + L <= n_out) StoreRow(d, value(w, L), out + w), --count, w += L;
+      if (count > 0 && w + L <= n_out) StoreNarrow(d, value(w, L), out + w), --count, w += L;
     } else {
-      for (; count > 0 && w + L <= n_out; --count, w += L) StoreRow(d, value(w, L), out + w);
+      for (; count > 0 && w + L <= n_out; --count, w += L) StoreNarrow(d, value(w, L), out + w);
     }
   };
   // Four whole vectors at w, the common case, with one bound check.
@@ -191,13 +109,13 @@ HWY_INLINE void FoldPairWriting(D d, int64_t n, const Step& step, T* HWY_RESTRIC
         for (int64_t k = 0; k < 4; k += 2) {
           const auto lo = value(w + k * L, L);
           const auto hi = value(w + (k + 1) * L, L);
-          StreamRow(d, lo, hi, out + w + k * L);
+          StreamNarrow(d, lo, hi, out + w + k * L);
         }
       } else {
-        for (int64_t k = 0; k < 4; ++k) StreamRow(d, value(w + k * L, L), hn::Zero(d), out + w + k * L);
+        for (int64_t k = 0; k < 4; ++k) StreamNarrow(d, value(w + k * L, L), hn::Zero(d), out + w + k * L);
       }
     } else {
-      for (int64_t k = 0; k < 4; ++k) StoreRow(d, value(w + k * L, L), out + w + k * L);
+      for (int64_t k = 0; k < 4; ++k) StoreNarrow(d, value(w + k * L, L), out + w + k * L);
     }
     w += 4 * L;
   };
@@ -340,7 +258,7 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
 
   // xhat at [j, j + valid) of row i (src at the row).
   auto xhat = [=](const auto* HWY_RESTRICT src, int64_t j, int64_t valid, VA mu, VA r) HWY_ATTR {
-    const VA v = LoadRow(d, src + j, valid);
+    const VA v = LoadWideN(d, src + j, valid);
     if constexpr (K == Kind::invertible_grad)
       return hn::Div(hn::Sub(v, hn::LoadU(d, bias + j)), hn::LoadU(d, scale + j));
     else if constexpr (K == Kind::rms_grad)
@@ -357,7 +275,7 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
     return [=](VA& s1, VA& s2, int64_t j, int64_t valid) HWY_ATTR {
       PrefetchAhead(dy + j);
       PrefetchAhead(src + j);
-      const VA g = Product(d, LoadRow(d, dy + j, valid), hn::Load(d, scale + j));
+      const VA g = Product(d, LoadWideN(d, dy + j, valid), hn::Load(d, scale + j));
       const VA xh = KeepValid(d, xhat(src, j, valid, mu, r), valid);
       if constexpr (kParkXhat<K>) hn::Store(xh, d, parked + j);
       if constexpr (kS1) s1 = hn::Add(s1, g);
@@ -372,7 +290,7 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
     const VA r = hn::Set(d, load<A>(a.inv_std, i));
     const VA m1 = hn::Set(d, sum1 / A(n)), m2 = hn::Set(d, sum2 / A(n));
     return [=](int64_t j, int64_t valid) HWY_ATTR {
-      const VA gy = LoadRow(d, dy + j, valid);
+      const VA gy = LoadWideN(d, dy + j, valid);
       const VA xh = kParkXhat<K> ? hn::LoadU(d, parked + j) : xhat(src, j, valid, mu, r);
       if constexpr (kPartials) {
         // A partial vector's other lanes belong to other columns (or none): they stay as they are.
@@ -556,11 +474,11 @@ HWY_FLATTEN void ForwardRange(const LayerNormDesc& desc, const acc_t<T, U, V>* s
     const VA m = hn::Set(d, mu[slot(fb)]);
     return [=](VA& s1, VA& s2, int64_t j, int64_t valid) HWY_ATTR {
       if constexpr (kLN) {
-        const VA c = KeepValid(d, hn::Sub(kPark ? hn::Load(d, pbr + j) : LoadRow(d, xb + j, valid), m), valid);
+        const VA c = KeepValid(d, hn::Sub(kPark ? hn::Load(d, pbr + j) : LoadWideN(d, xb + j, valid), m), valid);
         s2 = hn::MulAdd(c, c, s2);
       }
       PrefetchAhead(xa + j);
-      const VA v = LoadRow(d, xa + j, valid);  // padding: 0
+      const VA v = LoadWideN(d, xa + j, valid);  // padding: 0
       if constexpr (kPark) hn::Store(v, d, pa + j);
       s1 = kLN ? hn::Add(s1, v) : hn::MulAdd(v, v, s1);
     };
@@ -570,7 +488,7 @@ HWY_FLATTEN void ForwardRange(const LayerNormDesc& desc, const acc_t<T, U, V>* s
     const A* HWY_RESTRICT pr = parked(i);
     const VA m = hn::Set(d, mu[slot(i)]), r = hn::Set(d, rs[slot(i)]);
     return [=](int64_t j, int64_t valid) HWY_ATTR {
-      const VA v = kPark ? hn::LoadU(d, pr + j) : LoadRow(d, xr + j, valid);
+      const VA v = kPark ? hn::LoadU(d, pr + j) : LoadWideN(d, xr + j, valid);
       const VA xh = kLN ? hn::Mul(hn::Sub(v, m), r) : hn::Mul(v, r);
       if constexpr (kBias)
         return hn::MulAdd(xh, hn::LoadU(d, scale + j), hn::LoadU(d, bias + j));

@@ -303,6 +303,24 @@ HWY_INLINE void ForEachVector(D d, int64_t begin, int64_t end, Body&& body) {
   if (i < end) body(i, end - i);
 }
 
+// The head of a run written with non-temporal stores: out[0, head) = value(j, valid) through
+// normal stores, a partial vector at a time, where out + head is the first boundary of a stream
+// store (kStreamVectors vectors of T). Sets w = head and returns true; returns false, writing
+// nothing, where out is not element-aligned (then nothing of the run streams).
+template <class D, class T, class Value>
+HWY_INLINE bool WriteStreamHead(D d, T* HWY_RESTRICT out, int64_t n_out, const Value& value, int64_t& w) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto addr = reinterpret_cast<uintptr_t>(out);
+  const uintptr_t bytes = static_cast<uintptr_t>(L * kStreamVectors<D, T>) * sizeof(T);
+  if (n_out <= 0 || addr % sizeof(T) != 0) return false;
+  const int64_t head = std::min(n_out, static_cast<int64_t>((bytes - addr % bytes) % bytes / sizeof(T)));
+  for (w = 0; w < head; w += std::min(L, head - w)) {
+    const int64_t valid = std::min(L, head - w);
+    StoreNarrowN(d, value(w, valid), out + w, valid);
+  }
+  return true;
+}
+
 // ---- reductions in a fixed order, and writing contiguous runs ----------------------------------
 // The order of every reduction below depends only on n and the target's lane count, never on
 // data, alignment, threads or what is written alongside: the same inputs give the same bits on a
@@ -334,15 +352,7 @@ HWY_NOINLINE HWY_FLATTEN hn::Vec<D> FoldBlocksWriting(D d, int64_t n, hn::Vec<D>
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t w = 0;  // the next element to write
   bool stream = false;
-  if constexpr (kStream) {
-    const auto addr = reinterpret_cast<uintptr_t>(out);
-    const uintptr_t bytes = static_cast<uintptr_t>(L * kStreamVectors<D, T>) * sizeof(T);
-    if (n_out > 0 && addr % sizeof(T) == 0) {
-      const int64_t head = std::min(n_out, static_cast<int64_t>((bytes - addr % bytes) % bytes / sizeof(T)));
-      for (; w < head; w += std::min(L, head - w)) StoreNarrowN(d, value(w, std::min(L, head - w)), out + w, std::min(L, head - w));
-      stream = true;
-    }
-  }
+  if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w);
   // Whole vectors at w while w + count * L <= n_out.
   auto write_whole = [&](int64_t count) HWY_ATTR {
     if (kStream && stream) {

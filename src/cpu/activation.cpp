@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/workspace.hpp"
+#include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.hpp"
@@ -365,13 +366,7 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
 }  // namespace
 
 Status Activation(const ActivationDesc& d, const Context& ctx) {
-  switch (d.dtype) {
-    case DType::f64: return RunTyped<double>(d, ctx);
-    case DType::f16: return RunTyped<half>(d, ctx);
-    case DType::bf16: return RunTyped<bfloat16>(d, ctx);
-    case DType::f32: break;
-  }
-  return RunTyped<float>(d, ctx);
+  return visit_dtype(d.dtype, [&](auto tag) { return RunTyped<decltype(tag)>(d, ctx); });
 }
 
 }  // namespace gradops::cpu::HWY_NAMESPACE

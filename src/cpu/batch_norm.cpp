@@ -699,13 +699,7 @@ Status RunTyped(const BatchNormDesc& desc, const Context& ctx) {
 }  // namespace
 
 Status BatchNorm(const BatchNormDesc& d, const Context& ctx) {
-  switch (d.t) {
-    case DType::f64: return RunTyped<double>(d, ctx);
-    case DType::f16: return RunTyped<half>(d, ctx);
-    case DType::bf16: return RunTyped<bfloat16>(d, ctx);
-    case DType::f32: break;
-  }
-  return RunTyped<float>(d, ctx);
+  return visit_dtype(d.t, [&](auto tag) { return RunTyped<decltype(tag)>(d, ctx); });
 }
 
 }  // namespace gradops::cpu::HWY_NAMESPACE

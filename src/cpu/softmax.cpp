@@ -31,6 +31,7 @@
 #include <limits>
 
 #include "core/workspace.hpp"
+#include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.hpp"
@@ -282,13 +283,7 @@ Status RunTyped(const SoftmaxDesc& d, const Context& ctx) {
 }  // namespace
 
 Status Softmax(const SoftmaxDesc& d, const Context& ctx) {
-  switch (d.dtype) {
-    case DType::f64: return RunTyped<double>(d, ctx);
-    case DType::f16: return RunTyped<half>(d, ctx);
-    case DType::bf16: return RunTyped<bfloat16>(d, ctx);
-    case DType::f32: break;
-  }
-  return RunTyped<float>(d, ctx);
+  return visit_dtype(d.dtype, [&](auto tag) { return RunTyped<decltype(tag)>(d, ctx); });
 }
 
 }  // namespace gradops::cpu::HWY_NAMESPACE

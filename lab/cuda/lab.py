@@ -96,7 +96,7 @@ class Lab:
         self.old = Gradops(args.old) if args.old else None
         self.lab = ctypes.CDLL(os.path.abspath(args.lab))
         i64, i32, vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
-        self.lab.lab_softmax.argtypes = [i32, i32, vp, vp, vp, i64, i64, i32, i32, i32, i32, vp]
+        self.lab.lab_softmax.argtypes = [i32, i32, vp, vp, vp, i64, i64, i32, i32, i32, vp]
         self.lab.lab_flat.argtypes = [i32, i32, vp, vp, vp, i64, i32, i32, vp]
         self.lab.lab_bias.argtypes = [i32, i32, vp, vp, vp, vp, vp, i64, i64, i32, i32, i32, i64, i32, vp]
         self.timer = Timer(args.repeats)
@@ -210,24 +210,22 @@ class Lab:
                     pack = 16 // dy.element_size()
                     variants = []
                     if cols % pack == 0 and cols // pack <= 256:
-                        variants += [("warp pf ppl1", 0, 0, 1, 512), ("warp nopf ppl2", 0, 1, 2, 512),
-                                     ("warp nopf ppl4", 0, 1, 4, 512)]
+                        variants += [("warp pf ppl1", 0, 0, 1), ("warp nopf ppl2", 0, 1, 2), ("warp nopf ppl4", 0, 1, 4)]
                     if 32 < cols // pack <= 512 * (4 if pack == 4 else 2):
-                        variants += [("block regs m3", 1, 3, 2, 512)]
+                        variants += [("block regs m3", 1, 3, 2)]
                     if cols // pack > 32:
-                        variants += [("staged t512", 1, 0, 2, 512), ("staged t256", 1, 0, 2, 256),
-                                     ("staged n4 t512", 1, 1, 4, 512), ("block regs t512", 1, 2, 2, 512),
-                                     ("two_pass", 2, 0, 2, 512)]
-                    for vname, path, cfg, ppl, mt in variants:
-                        fn = (lambda p=path, c=cfg, q=ppl, m=mt: self._softmax_call(kind, dt, dy, y, dx, rows, cols,
-                                                                                  p, c, q, m))
+                        variants += [("block regs t512", 1, 2, 2), ("two_pass auto", 2, 0, 2)]
+                        variants += [(f"two_pass c{c}", 2, c, 2) for c in (1, 2, 4, 8)]
+                    for vname, path, cfg, ppl in variants:
+                        fn = (lambda p=path, c=cfg, q=ppl: self._softmax_call(kind, dt, dy, y, dx, rows, cols,
+                                                                              p, c, q))
                         self.measure(case, vname, fn, [dx], [ref], nb, tms)
                     del ref
                     torch.cuda.empty_cache()
 
-    def _softmax_call(self, kind, dt, dy, y, dx, rows, cols, path, cfg, ppl, mt):
+    def _softmax_call(self, kind, dt, dy, y, dx, rows, cols, path, cfg, ppl):
         rc = self.lab.lab_softmax(kind, CODE[dt], dy.data_ptr(), y.data_ptr(), dx.data_ptr(), rows, cols, path, cfg,
-                                  ppl, mt, self.stream)
+                                  ppl, self.stream)
         if rc:
             raise RuntimeError("lab_softmax failed")
 

@@ -38,19 +38,17 @@ Status visit_dtype(int code, G&& g) {
 
 // path 0, warp: cfg 0 prefetch (persistent grid), 1 one step per warp; ppl = packs per lane the
 //               lane count aims at.
-// path 1, block: cfg 0 staged through shared memory (N = 2, or 4 where needed; at most max_threads
-//                threads), 1 staged with N = 4, 2 the register kernel (f32 4 packs, 16-bit 2, up to
-//                512 threads; the library's for one-block rows and f32), 3 the register kernel for
-//                one-block rows with registers bounded for 3 resident blocks of 512 threads.
-// path 2, two passes.
+// path 1, block: cfg 2 the register kernel (f32 4 packs, 16-bit 2, up to 512 threads; the library's
+//                for one-block rows and f32), 3 the register kernel for one-block rows with registers
+//                bounded for 3 resident blocks of 512 threads.
+// path 2, two passes: cfg blocks a row (a cluster; 0: as the library picks them).
 template <gd::SoftmaxKind K, class T>
-Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl, int max_threads) {
+Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl) {
   gc::DeviceInfo dev;
   if (Status s = gc::current_device("lab", &dev); !s) return s;
   constexpr int V = gc::kPackElems<T>;
   gc::RowTuning tune;
   tune.warp_packs_per_lane = ppl;
-  tune.staged_max_threads = max_threads;
   if (!gc::congruent(d) || (path == 0 && !gc::rows_aligned(d)))
     return Status(gradops::StatusCode::invalid_argument, "lab: the warp path takes aligned rows, the others congruent");
   switch (path) {
@@ -68,15 +66,11 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
         return gc::launch("lab", "block m3", gc::block_kernel<K, T, V, 1, 3>, dim3(static_cast<unsigned>(d.outer)),
                           dim3(static_cast<unsigned>(std::max<int64_t>(threads, 32))), gc::stream_of(ctx), a);
       }
-      {
-        tune.staged_packs = cfg == 1 ? 4 : 0;
-        bool launched = false;
-        if (Status s = gc::run_staged<K, T, V>("lab", d, ctx, dev, tune, &launched); !s || launched) return s;
-        return Status(gradops::StatusCode::unimplemented, "lab: the staged kernel did not launch");
-      }
+      return Status(gradops::StatusCode::invalid_argument, "lab: no such block variant");
     default: break;
   }
-  return gc::run_two_pass<K, T, V>("lab", d, ctx, dev);
+  tune.two_pass_cluster = cfg;
+  return gc::run_two_pass<K, T, V>("lab", d, ctx, dev, tune);
 }
 
 }  // namespace lab
@@ -85,7 +79,7 @@ extern "C" {
 
 // kind: 0 SoftmaxGrad, 1 LogSoftmaxGrad. dtype: gradops' codes (0 f32, 2 f16, 3 bf16).
 int lab_softmax(int kind, int dtype, const void* dy, const void* y, void* out, int64_t rows, int64_t len, int path,
-                int cfg, int ppl, int max_threads, void* stream) {
+                int cfg, int ppl, void* stream) {
   using namespace lab;
   const gd::SoftmaxKind k = kind == 0 ? gd::SoftmaxKind::softmax_grad : gd::SoftmaxKind::log_softmax_grad;
   const gd::SoftmaxDesc d{kind == 0 ? OpId::SoftmaxGrad_13 : OpId::LogSoftmaxGrad_13, k, dtype_of(dtype), rows,
@@ -94,8 +88,8 @@ int lab_softmax(int kind, int dtype, const void* dy, const void* y, void* out, i
   ctx.cuda_stream = stream;
   return report(visit_dtype(dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    if (kind == 0) return softmax_variant<gd::SoftmaxKind::softmax_grad, T>(d, ctx, path, cfg, ppl, max_threads);
-    return softmax_variant<gd::SoftmaxKind::log_softmax_grad, T>(d, ctx, path, cfg, ppl, max_threads);
+    if (kind == 0) return softmax_variant<gd::SoftmaxKind::softmax_grad, T>(d, ctx, path, cfg, ppl);
+    return softmax_variant<gd::SoftmaxKind::log_softmax_grad, T>(d, ctx, path, cfg, ppl);
   }));
 }
 

@@ -32,6 +32,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_threads_per_sm = 0;
   int compute_major = 0;
+  int l2_bytes = 0;
   bool cluster_launch = false;  // thread-block clusters (compute capability 9.0 and later)
 };
 

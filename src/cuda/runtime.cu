@@ -39,6 +39,7 @@ Status current_device(std::string_view op, DeviceInfo* out) {
       {&d.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor,
        "cudaDeviceGetAttribute(MaxThreadsPerMultiProcessor)"},
       {&d.compute_major, cudaDevAttrComputeCapabilityMajor, "cudaDeviceGetAttribute(ComputeCapabilityMajor)"},
+      {&d.l2_bytes, cudaDevAttrL2CacheSize, "cudaDeviceGetAttribute(L2CacheSize)"},
       {&cluster, cudaDevAttrClusterLaunch, "cudaDeviceGetAttribute(ClusterLaunch)"},
   };
   for (const auto& a : attrs)

@@ -6,13 +6,13 @@
 //                       rows per warp) holds a row in registers; shuffles reduce it.
 //   cuda:block_per_row  up to 16 blocks' worth: the row is held in registers by one block, or by
 //                       a cluster of 2 to 16 blocks that exchange their partial results through
-//                       distributed shared memory (Hopper). 16-bit SoftmaxGrad rows that need a
-//                       cluster are staged through shared memory instead, each thread copying its
-//                       packs of the cluster's next two rows with cp.async while it reduces the
-//                       current one (staged_kernel).
-//   cuda:two_pass       longer rows, rows it was measured faster for (the forwards and 16-bit
-//                       LogSoftmaxGrad where a row needs a cluster), or no clusters: a block per
-//                       row reads the row twice; the second read mostly hits L2.
+//                       distributed shared memory (Hopper).
+//   cuda:two_pass       longer rows, rows it was measured faster for (the forwards, and the 16-bit
+//                       gradients, wherever a row needs a cluster), or no clusters: the row is
+//                       read twice, the second time from L2. For the gradients a row is split over
+//                       a cluster of up to 8 blocks where that keeps what the open rows re-read
+//                       within a quarter of L2 (one block a row would leave the second read to
+//                       DRAM on long rows).
 // Non-last axis (inner > 1):
 //   cuda:strided        threads along inner (coalesced), lanes along the axis, two passes.
 //
@@ -29,242 +29,12 @@
 #include <cmath>
 
 #include "cuda/common.cuh"
+#include "cuda/softmax.cuh"
 #include "ops/dispatch.hpp"
 #include "ops/softmax.hpp"
 
 namespace gradops::cuda {
 namespace {
-
-using detail::SoftmaxDesc;
-using detail::SoftmaxKind;
-
-__host__ __device__ constexpr bool is_grad(SoftmaxKind k) {
-  return k == SoftmaxKind::softmax_grad || k == SoftmaxKind::log_softmax_grad;
-}
-
-// ---- reductions ---------------------------------------------------------------------------------
-
-// Max that keeps a NaN: a row holding one has a NaN softmax.
-template <class A>
-__device__ __forceinline__ A max_nan(A a, A b) {
-  return (b > a || b != b) ? b : a;
-}
-
-// Forwards in one streamed pass (two-pass and strided kernels): m = max(x), s = sum(exp(x - m)),
-// combined as (M, s1 e^(m1-M) + s2 e^(m2-M)).
-template <class A>
-struct Stat {
-  A m, s;
-};
-
-// Combines are commutative bit for bit (no fma contraction), so that every lane of a butterfly
-// ends with the same value.
-template <class A>
-struct SumOp {
-  using V = A;
-  static __device__ __forceinline__ V identity() { return A(0); }
-  static __device__ __forceinline__ V combine(V a, V b) { return add_rn(a, b); }
-};
-template <class A>
-struct MaxOp {
-  using V = A;
-  static __device__ __forceinline__ V identity() { return -INFINITY; }
-  static __device__ __forceinline__ V combine(V a, V b) { return max_nan(a, b); }
-};
-template <class A>
-struct MaxSumOp {
-  using V = Stat<A>;
-  static __device__ __forceinline__ V identity() { return {-INFINITY, A(0)}; }
-  static __device__ __forceinline__ V combine(V a, V b) {
-    const A m = max_nan(a.m, b.m);
-    if (m == -INFINITY) return {m, A(0)};
-    return {m, add_rn(mul_rn(a.s, dexp(a.m - m)), mul_rn(b.s, dexp(b.m - m)))};
-  }
-};
-
-template <class A>
-__device__ __forceinline__ A shuffle_xor(A v, int mask) {
-  return __shfl_xor_sync(0xffffffffu, v, mask);
-}
-template <class A>
-__device__ __forceinline__ Stat<A> shuffle_xor(Stat<A> v, int mask) {
-  return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};
-}
-
-// Every lane of each aligned group of `width` lanes gets the group's combined value.
-template <class R>
-__device__ __forceinline__ typename R::V group_allreduce(typename R::V v, int width) {
-  for (int mask = width / 2; mask > 0; mask /= 2) v = R::combine(v, shuffle_xor(v, mask));
-  return v;
-}
-
-// Streaming accumulation of one element (two-pass and strided kernels). Gradients: s = sum(y dy)
-// (softmax) or sum(dy) (log-softmax), m unused; forwards: the running (max, sum of exp).
-template <SoftmaxKind K, class A>
-__device__ __forceinline__ void push(Stat<A>& st, A y, A g) {
-  if constexpr (K == SoftmaxKind::softmax_grad) {
-    st.s = dfma(y, g, st.s);
-  } else if constexpr (K == SoftmaxKind::log_softmax_grad) {
-    st.s += g;
-  } else {
-    if (y > st.m) {  // from -inf too: exp(-inf) = 0
-      st.s = dfma(st.s, dexp(st.m - y), A(1));
-      st.m = y;
-    } else if (y != -INFINITY) {  // a NaN lands here and poisons s, as it should
-      st.s += dexp(y - st.m);
-    }
-  }
-}
-
-template <SoftmaxKind K, class A>
-using StreamOp = std::conditional_t<is_grad(K), SumOp<A>, MaxSumOp<A>>;
-template <SoftmaxKind K, class A>
-__device__ __forceinline__ typename StreamOp<K, A>::V stream_value(const Stat<A>& st) {
-  if constexpr (is_grad(K)) return st.s;
-  else return st;
-}
-
-// What a group's statistics turn into once, before the elementwise pass.
-template <class A>
-struct Final {
-  A a, b;  // gradients: a = s; softmax: a = max, b = 1/sum; log-softmax: a = max, b = log(sum)
-};
-
-template <SoftmaxKind K, class A>
-__device__ __forceinline__ Final<A> final_of(A m_or_s, A s) {
-  if constexpr (K == SoftmaxKind::softmax) return {m_or_s, A(1) / s};
-  if constexpr (K == SoftmaxKind::log_softmax) return {m_or_s, dlog(s)};
-  return {m_or_s, A(0)};
-}
-template <SoftmaxKind K, class A>
-__device__ __forceinline__ Final<A> final_of(typename StreamOp<K, A>::V v) {
-  if constexpr (is_grad(K)) return final_of<K, A>(v, A(0));
-  else return final_of<K, A>(v.m, v.s);
-}
-
-// One output element. `e` is exp(y - max) where the caller has it (softmax forward), else unused.
-// kFast (f16/bf16 storage): LogSoftmaxGrad's exp(y) from the hardware's exp2, within a few ulp of
-// f32 and far below half an ulp of the output; the accurate expf made the 16-bit kernels
-// issue-bound on long rows.
-template <SoftmaxKind K, bool kFast = false, class A>
-__device__ __forceinline__ A output(const Final<A>& f, A y, A g, A e) {
-  if constexpr (K == SoftmaxKind::softmax_grad) return y * (g - f.a);
-  if constexpr (K == SoftmaxKind::log_softmax_grad) {
-    if constexpr (kFast && std::is_same_v<A, float>) return g - ex2_approx(y * 1.44269504088896341f) * f.a;
-    else return g - dexp(y) * f.a;
-  }
-  if constexpr (K == SoftmaxKind::softmax) return e * f.b;
-  return (y - f.a) - f.b;
-}
-template <SoftmaxKind K, bool kFast = false, class A>
-__device__ __forceinline__ A output(const Final<A>& f, A y, A g) {
-  if constexpr (K == SoftmaxKind::softmax) return output<K, kFast>(f, y, g, dexp(y - f.a));
-  else return output<K, kFast>(f, y, g, A(0));
-}
-
-// A row's values held in registers, N packs of VEC, reduced with `reduce` (a callable taking the
-// op type and a value, returning the combined value over the row). Gradients: one sum. Forwards:
-// the max, then the sum of exp(x - max), whose terms are kept for the output pass (softmax).
-template <SoftmaxKind K, class T, int VEC, int N>
-struct Held {
-  using A = compute_t<T>;
-  Pack<T, VEC> y[N], g[N];
-  bool valid[N];
-  A e[N][VEC];  // softmax forward: exp(y - max)
-
-  template <class Reduce>
-  __device__ __forceinline__ Final<A> finish(Reduce reduce, int n_extra, const A* ey, const A* eg, A* ee) {
-    if constexpr (is_grad(K)) {
-      A s = A(0);
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        if (valid[k])
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) s = term(s, to_compute(y[k].v[j]), to_compute(g[k].v[j]));
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        if (i < n_extra) s = term(s, ey[i], eg[i]);
-      return final_of<K, A>(reduce(SumOp<A>{}, s), A(0));
-    } else {
-      A m = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        if (valid[k])
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) m = max_nan(m, to_compute(y[k].v[j]));
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        if (i < n_extra) m = max_nan(m, ey[i]);
-      m = reduce(MaxOp<A>{}, m);
-      A s = A(0);
-      if (m != -INFINITY) {  // else every element is -inf (or the lane holds none)
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            e[k][j] = valid[k] ? dexp(to_compute(y[k].v[j]) - m) : A(0);
-            s += e[k][j];
-          }
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          if (i < n_extra) {
-            ee[i] = dexp(ey[i] - m);
-            s += ee[i];
-          }
-      }
-      return final_of<K, A>(m, reduce(SumOp<A>{}, s));
-    }
-  }
-
-  static __device__ __forceinline__ A term(A s, A yv, A gv) {
-    if constexpr (K == SoftmaxKind::softmax_grad) return dfma(yv, gv, s);
-    else return s + gv;
-  }
-
-  __device__ __forceinline__ Pack<T, VEC> out(const Final<A>& f, int k) const {
-    const Pack<T, VEC> yk = opaque(y[k]), gk = opaque(g[k]);
-    Pack<T, VEC> o;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const A gj = is_grad(K) ? to_compute(gk.v[j]) : A(0);
-      const A ej = K == SoftmaxKind::softmax ? e[k][j] : A(0);
-      o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, to_compute(yk.v[j]), gj, ej));
-    }
-    return o;
-  }
-
-  // 16-bit packs, as values the compiler cannot prove equal to what the reduction converted: it
-  // then converts them again (one instruction an element) rather than keeping twice as many f32
-  // registers live across the reduction, which spilled once the next row's packs were in flight.
-  static __device__ __forceinline__ Pack<T, VEC> opaque(Pack<T, VEC> p) {
-    if constexpr (sizeof(T) == 2 && sizeof(p) % 4 == 0) {
-      uint32_t w[sizeof(p) / 4];
-      memcpy(w, &p, sizeof(p));
-#pragma unroll
-      for (unsigned i = 0; i < sizeof(p) / 4; ++i) asm volatile("" : "+r"(w[i]));
-      memcpy(&p, w, sizeof(p));
-    }
-    return p;
-  }
-};
-
-struct RowArgs {
-  const void* dy;  // gradients only
-  const void* y;   // the forward output (gradients) or the input (forwards)
-  void* out;
-  int64_t rows, len;
-};
-
-// Elements of a row before its first 16-byte boundary (all tensors share the offset).
-template <class T, int VEC>
-__device__ __forceinline__ int64_t row_head(const T* row, int64_t len) {
-  if constexpr (VEC == 1) {
-    return 0;
-  } else {
-    const unsigned m = static_cast<unsigned>(reinterpret_cast<uintptr_t>(row) % 16);
-    return min(len, static_cast<int64_t>((16 - m) % 16 / sizeof(T)));
-  }
-}
 
 // ---- cuda:warp_per_row ------------------------------------------------------------------------
 
@@ -326,45 +96,6 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
       load(h, first + step);
     }
   }
-}
-
-// ---- block-wide reduction (and across a cluster) ---------------------------------------------
-
-template <class V>
-struct ReduceSmem {
-  V warps[2][32];  // [parity][warp]: double-buffered so one barrier per level suffices
-  V block[2];      // [parity]: this block's total, read by the cluster's other blocks
-};
-
-// The combined value of every thread of the block (and of the cluster's C blocks). Each warp
-// leaves its value in shared memory; after a barrier every warp combines them (lane w takes warp
-// w's, then a butterfly), so all threads compute the same bits; across a cluster, each block's
-// total goes through distributed shared memory the same way, one value per lane, after a cluster
-// barrier. Calls alternate `parity`: a buffer is written again only after the next barrier of its
-// level, which no thread passes before it has read this one.
-template <class R, int C>
-__device__ __forceinline__ typename R::V block_allreduce(typename R::V v, ReduceSmem<typename R::V>& sm,
-                                                         int parity) {
-  using V = typename R::V;
-  v = group_allreduce<R>(v, 32);
-  const int lane = static_cast<int>(threadIdx.x % 32), nwarps = static_cast<int>(blockDim.x / 32);
-  if (lane == 0) sm.warps[parity][threadIdx.x / 32] = v;
-  __syncthreads();
-  V t = lane < nwarps ? sm.warps[parity][lane] : R::identity();
-  t = group_allreduce<R>(t, 32);
-  if constexpr (C > 1) {
-#if defined(_CG_HAS_CLUSTER_GROUP)
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) sm.block[parity] = t;
-    cluster.sync();
-    t = lane < C ? *cluster.map_shared_rank(&sm.block[parity], lane) : R::identity();
-    t = group_allreduce<R>(t, 32);
-#else
-    __trap();  // the host launches clusters only for code built for compute capability 9.0+
-#endif
-  }
-  return t;
 }
 
 // ---- cuda:block_per_row ---------------------------------------------------------------------
@@ -447,136 +178,19 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs 
 #endif
 }
 
-// ---- cuda:block_per_row, staged through shared memory (gradients) ----------------------------
-
-// cp.async: 16 bytes global -> shared without registers, completed per thread by group.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-constexpr int kStagedMaxThreads = 512;
-// Rows in shared memory at once: the one being reduced and kStages - 1 loading behind it.
-constexpr int kStages = 3;
-
-// Shared memory of the staged kernel: kStages x {y, dy} x N packs per thread.
-constexpr std::size_t staged_smem(int n, int threads) {
-  return static_cast<std::size_t>(kStages) * 2 * n * threads * 16;
-}
-
-// A row held by C blocks (a cluster) as in block_kernel, for the gradients of rows whose pointers
-// share their offset from a 16-byte boundary. Each thread copies its packs of the cluster's next
-// kStages - 1 rows into its own slots of shared memory with cp.async while it reduces the current
-// row: the loads of whole rows stay in flight through every barrier, with no registers held for
-// them, and since a thread reads back only what it copied itself, no barrier guards the slots. A
-// slot is refilled in the iteration after the one that read it. The ragged ends of a row (at most
-// one element per thread on each side) are loaded directly.
-template <SoftmaxKind K, class T, int VEC, int C, int N>
-__global__ void __launch_bounds__(kStagedMaxThreads, 1) staged_kernel(RowArgs a) {
-  static_assert(is_grad(K) && VEC * sizeof(T) == 16, "the staged kernel takes gradients in 16-byte packs");
-  using A = compute_t<T>;
-  using P = Pack<T, VEC>;
-  extern __shared__ uint4 slots[];  // [stage][tensor][k][thread]
-  __shared__ ReduceSmem<A> sm;
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* y = static_cast<const T*>(a.y);
-  T* out = static_cast<T*>(a.out);
-  int rank = 0;
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#endif
-  const int threads = static_cast<int>(blockDim.x);
-  const int64_t t = static_cast<int64_t>(rank) * threads + threadIdx.x;
-  const int64_t nthreads = static_cast<int64_t>(C) * threads;
-  int parity = 0;
-  auto reduce = [&](auto op, auto v) {
-    const auto r = block_allreduce<decltype(op), C>(v, sm, parity);
-    parity ^= 1;
-    return r;
-  };
-  auto slot = [&](int stage, int tensor, int k) -> uint4* {
-    return slots + ((stage * 2 + tensor) * N + k) * threads + threadIdx.x;
-  };
-  auto issue = [&](int stage, int64_t r) {
-    if (r < a.rows) {
-      const int64_t base = r * a.len;
-      const int64_t head = row_head<T, VEC>(y + base, a.len);
-      const int64_t packs = (a.len - head) / VEC;
-      const P* yp = reinterpret_cast<const P*>(y + base + head);
-      const P* gp = reinterpret_cast<const P*>(dy + base + head);
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int64_t p = k * nthreads + t;
-        if (p < packs) {
-          cp_async16(slot(stage, 0, k), yp + p);
-          cp_async16(slot(stage, 1, k), gp + p);
-        }
-      }
-    }
-    cp_async_commit();  // empty past the last row: every iteration then waits for the same count
-  };
-
-  const int64_t step = gridDim.x / C;
-  int64_t r = blockIdx.x / C;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s, r + s * step);
-  for (int stage = 0; r < a.rows; r += step, stage = stage == kStages - 1 ? 0 : stage + 1) {
-    issue(stage == 0 ? kStages - 1 : stage - 1, r + (kStages - 1) * step);
-    const int64_t base = r * a.len;
-    const int64_t head = row_head<T, VEC>(y + base, a.len);
-    const int64_t packs = (a.len - head) / VEC;
-    const int64_t tail_start = head + packs * VEC;
-    // The ragged ends, from global memory, while this row's copies complete.
-    const bool before = t < head, after = t < a.len - tail_start;
-    const int n_extra = before + after;
-    const int64_t at[2] = {before ? base + t : base + tail_start + t, base + tail_start + t};
-    A ey[2] = {A(0), A(0)}, eg[2] = {A(0), A(0)}, ee[2] = {A(0), A(0)};
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      if (i < n_extra) {
-        ey[i] = to_compute(y[at[i]]);
-        eg[i] = to_compute(dy[at[i]]);
-      }
-    cp_async_wait<kStages - 1>();  // this row's group is complete; the later rows' may not be
-    Held<K, T, VEC, N> h;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      h.valid[k] = k * nthreads + t < packs;
-      h.y[k] = P{};
-      h.g[k] = P{};
-      if (h.valid[k]) {
-        *reinterpret_cast<uint4*>(&h.y[k]) = *slot(stage, 0, k);
-        *reinterpret_cast<uint4*>(&h.g[k]) = *slot(stage, 1, k);
-      }
-    }
-    const Final<A> f = h.finish(reduce, n_extra, ey, eg, ee);
-    P* op = reinterpret_cast<P*>(out + base + head);
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (h.valid[k]) op[k * nthreads + t] = h.out(f, k);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      if (i < n_extra) out[at[i]] = from_compute<T>(output<K, sizeof(T) == 2>(f, ey[i], eg[i], ee[i]));
-  }
-  cp_async_wait<0>();
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
-#endif
-}
-
 // ---- cuda:two_pass ----------------------------------------------------------------------------
 
 constexpr int kTwoPassThreads = 512;
+constexpr int kMaxTwoPassCluster = 8;
 // Packs in flight per thread; f64 keeps fewer live across the calls its library functions make.
 template <class T>
 inline constexpr int kTwoPassUnroll = sizeof(T) == 8 ? 1 : 4;
 
-template <SoftmaxKind K, class T, int VEC>
+// A row streamed twice by C blocks (a cluster; C = 1: one block): thread t of the cluster takes
+// packs t, t + T, ... (T threads in all) in both passes, so that the second pass re-reads what the
+// same thread read in the first, from L1 or L2. Splitting a row over a cluster keeps fewer rows
+// open at once, so that what the second pass re-reads still sits in L2.
+template <SoftmaxKind K, class T, int VEC, int C>
 __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
@@ -585,9 +199,14 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
-  const int64_t t = threadIdx.x, nthreads = blockDim.x;
+  int rank = 0;
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#endif
+  const int64_t t = static_cast<int64_t>(rank) * blockDim.x + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(C) * blockDim.x;
   int parity = 0;
-  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x, parity ^= 1) {
+  for (int64_t r = blockIdx.x / C; r < a.rows; r += gridDim.x / C, parity ^= 1) {
     const int64_t base = r * a.len;
     const int64_t head = row_head<T, VEC>(y + base, a.len);
     const int64_t packs = (a.len - head) / VEC;
@@ -620,7 +239,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
       elem(i, ye, ge);
       push<K>(st, ye, ge);
     }
-    const Final<A> f = final_of<K, A>(block_allreduce<R, 1>(stream_value<K>(st), sm, parity));
+    const Final<A> f = final_of<K, A>(block_allreduce<R, C>(stream_value<K>(st), sm, parity));
 
 #pragma unroll(kTwoPassUnroll<T>)
     for (int64_t p = t; p < packs; p += nthreads) {
@@ -645,6 +264,9 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
       out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
     }
   }
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
+#endif
 }
 
 // ---- cuda:strided (inner > 1) ---------------------------------------------------------------
@@ -761,12 +383,13 @@ int blocks_per_row(const SoftmaxDesc& d) {
   return c;
 }
 
-// Where a row needs a cluster, streaming it twice (the second read mostly from L2, with no
-// cluster barriers and full occupancy) was measured faster on an H100 for: the forwards in
-// f16/bf16 (2048 to 8192 rows of 32K to 131K: 1.4 to 2.1 times faster) and in f32 and f64 from
-// eight blocks a row on (1.1 to 1.3 times), and LogSoftmaxGrad in f16/bf16 (1.05 to 1.25 times;
-// on an H200 also faster than the staged kernel, by 3 to 30%). SoftmaxGrad, and LogSoftmaxGrad in
-// f32, stay on chip (two passes were 1.3 to 1.6 times slower there).
+// Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
+// barriers between loads) was measured faster for: the forwards in f16/bf16 (on an H100, 2048 to
+// 8192 rows of 32K to 131K: 1.4 to 2.1 times faster) and in f32 and f64 from eight blocks a row on
+// (1.1 to 1.3 times), and on an H200 both gradients in f16/bf16 once the two passes split a row
+// over a cluster (SoftmaxGrad 0.70-0.72 of copy against 0.63-0.66 held on chip at 50257 and
+// 131072, equal at 32768; LogSoftmaxGrad 0.71-0.80 against 0.46-0.66). The f32 gradients stay on
+// chip (0.80-0.90 against 0.71-0.76 at 32768 and 50257).
 bool two_passes_faster(const SoftmaxDesc& d) {
   const int c = blocks_per_row(d);
   if (c == 1) return false;
@@ -774,10 +397,10 @@ bool two_passes_faster(const SoftmaxDesc& d) {
   switch (d.kind) {
     case SoftmaxKind::softmax:
     case SoftmaxKind::log_softmax: return half || c >= 8;
-    case SoftmaxKind::log_softmax_grad: return half;
-    case SoftmaxKind::softmax_grad: break;
+    case SoftmaxKind::softmax_grad:
+    case SoftmaxKind::log_softmax_grad: break;
   }
-  return false;
+  return half;
 }
 
 // Checks shared by every implementation; `done` when there is nothing to launch.
@@ -802,11 +425,10 @@ int64_t even_grid(int64_t units, int64_t resident) {
   return std::clamp<int64_t>(ceil_div(units, rounds), 1, 0x7fffffff);
 }
 
-// Tuning of the warp and staged paths; run() uses the defaults (staged_packs: 4).
+// Tuning of the warp and two-pass paths; run() uses the defaults.
 struct RowTuning {
   int warp_packs_per_lane = 2;  // the warp path's G is chosen so that a lane holds about this many
-  int staged_packs = 0;  // packs a thread of the staged kernel (0: 2, or 4 where 2 need over 16 blocks)
-  int staged_max_threads = kStagedMaxThreads;
+  int two_pass_cluster = 0;     // blocks per row of the two-pass kernel (0: as run_two_pass picks)
 };
 
 template <SoftmaxKind K, class T, int VEC, int N, bool kPrefetch>
@@ -840,16 +462,107 @@ Status run_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, c
   return launch_warp<K, T, VEC, kWarpMaxPacksPerLane<T>, kPrefetch>(op, d, ctx, dev, log2_lanes);
 }
 
-template <SoftmaxKind K, class T, int VEC>
-Status run_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  constexpr auto kernel = two_pass_kernel<K, T, VEC>;
-  int per_sm = 0;
-  if (Status s = blocks_per_sm<kernel>(op, dev, kTwoPassThreads, &per_sm); !s) return s;
-  // Resident blocks only: fewer rows open at once, so that the second read finds them in L2.
-  const int64_t blocks = std::clamp<int64_t>(d.outer, 1, int64_t{dev.sm_count} * per_sm);
+// Fills cfg for clusters of C blocks of `threads` threads (C = 1: plain blocks) and sets *resident to
+// how many fit on the device at once: 0 (and nothing to launch) where this device or build cannot
+// run them.
+template <int C, class Kernel>
+Status cluster_config(std::string_view op, const DeviceInfo& dev, const Context& ctx, Kernel kernel, int threads,
+                      cudaLaunchAttribute* cluster, cudaLaunchConfig_t* cfg, int64_t* resident) {
+  *resident = 0;
+  if constexpr (C > 1) {
+    cudaFuncAttributes attr{};
+    if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+    if (!dev.cluster_launch || attr.binaryVersion < 90) return {};
+  }
+  if constexpr (C > 8) {
+    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                             "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+        !s)
+      return s;
+  }
+  *cluster = {};
+  cluster->id = cudaLaunchAttributeClusterDimension;
+  cluster->val.clusterDim.x = C;
+  cluster->val.clusterDim.y = 1;
+  cluster->val.clusterDim.z = 1;
+  *cfg = {};
+  cfg->gridDim = dim3(C);
+  cfg->blockDim = dim3(threads);
+  cfg->stream = stream_of(ctx);
+  cfg->attrs = C > 1 ? cluster : nullptr;
+  cfg->numAttrs = C > 1 ? 1 : 0;
+  if constexpr (C > 1) {
+    int clusters = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, cfg);
+    if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
+      (void)cudaGetLastError();
+      return {};  // cannot be co-scheduled here
+    }
+    if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+    *resident = clusters;
+  } else {
+    int per_sm = 0;
+    if (Status s = status_of(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0), op,
+                             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        !s)
+      return s;
+    *resident = int64_t{dev.sm_count} * per_sm;
+  }
+  return {};
+}
+
+// Launches the two-pass kernel with clusters of C blocks per row, resident ones only; *launched is
+// false (and nothing runs) where this device or build cannot run them, or where more than max_open
+// rows would be open at once and a larger cluster could take fewer.
+template <SoftmaxKind K, class T, int VEC, int C>
+Status launch_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                       int64_t max_open, bool* launched) {
+  constexpr auto kernel = two_pass_kernel<K, T, VEC, C>;
+  *launched = false;
+  cudaLaunchAttribute cluster;
+  cudaLaunchConfig_t cfg;
+  int64_t resident = 0;
+  if (Status s = cluster_config<C>(op, dev, ctx, kernel, kTwoPassThreads, &cluster, &cfg, &resident);
+      !s || !resident)
+    return s;
+  if (C < kMaxTwoPassCluster && resident > max_open) return {};
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(d.outer, resident) * C));
   const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
-  return launch(op, "the two-pass launch", kernel, dim3(static_cast<unsigned>(blocks)), dim3(kTwoPassThreads),
-                stream_of(ctx), a);
+  *launched = true;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the two-pass launch");
+}
+
+// The second pass re-reads a row from L2 only if it is still there. Gradients: the fewest blocks
+// per row (1 to 8, a cluster) that keep what the open rows re-read within a quarter of L2 (the rest
+// holds the outputs being written and the other input passing through). Forwards: one block a row
+// (split over clusters they ran at 0.55 to 0.85 times the speed on an H200; their first pass, an
+// exp per element in a running max and sum, is the likelier limit there than the bytes).
+// tune.two_pass_cluster: that many blocks, if the device can run them.
+template <SoftmaxKind K, class T, int VEC>
+Status run_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                    const RowTuning& tune = {}) {
+  // What the second pass reads again: dy (LogSoftmaxGrad), y and dy (SoftmaxGrad).
+  const int64_t reread = d.axis_len * static_cast<int64_t>(sizeof(T)) * (K == SoftmaxKind::softmax_grad ? 2 : 1);
+  const int64_t max_open = tune.two_pass_cluster || !is_grad(K)
+                               ? INT64_MAX
+                               : std::max<int64_t>(1, int64_t{dev.l2_bytes} / 4 / std::max<int64_t>(reread, 1));
+  bool launched = false;
+  auto attempt = [&](auto c) -> Status {
+    constexpr int C = decltype(c)::value;
+    // Clusters for rows in packs only (one element a thread spills at C > 1, and is rare).
+    if constexpr (C > 1 && VEC == 1) {
+      return Status{};
+    } else {
+      if (tune.two_pass_cluster && tune.two_pass_cluster != C) return Status{};
+      return launch_two_pass<K, T, VEC, C>(op, d, ctx, dev, max_open, &launched);
+    }
+  };
+  using std::integral_constant;
+  if (Status s = attempt(integral_constant<int, 1>{}); !s || launched) return s;
+  if (Status s = attempt(integral_constant<int, 2>{}); !s || launched) return s;
+  if (Status s = attempt(integral_constant<int, 4>{}); !s || launched) return s;
+  if (Status s = attempt(integral_constant<int, 8>{}); !s || launched) return s;
+  return launch_two_pass<K, T, VEC, 1>(op, d, ctx, dev, INT64_MAX, &launched);  // no cluster runs here
 }
 
 // Launches a cluster of C blocks per row; *launched is false (and nothing runs) where this device
@@ -859,33 +572,11 @@ Status launch_cluster(std::string_view op, const SoftmaxDesc& d, const Context& 
                       int threads, bool* launched) {
   constexpr auto kernel = block_kernel<K, T, VEC, C>;
   *launched = false;
-  cudaFuncAttributes attr{};
-  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-  if (!dev.cluster_launch || attr.binaryVersion < 90) return {};
-  if constexpr (C > 8) {
-    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                             "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-        !s)
-      return s;
-  }
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = C;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(C);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = stream_of(ctx);
-  cfg.attrs = &cluster;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-  if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
-    (void)cudaGetLastError();
-    return {};  // cannot be co-scheduled here
-  }
-  if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+  cudaLaunchAttribute cluster;
+  cudaLaunchConfig_t cfg;
+  int64_t resident = 0;
+  if (Status s = cluster_config<C>(op, dev, ctx, kernel, threads, &cluster, &cfg, &resident); !s || !resident)
+    return s;
   cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(d.outer, 0x7fffffff / C) * C));
   const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
   *launched = true;
@@ -939,108 +630,6 @@ Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, 
   return run_two_pass<K, T, VEC>(op, d, ctx, dev);  // read the row twice
 }
 
-// Launches the staged kernel with a cluster of C blocks per row (C = 1: one block); *launched is
-// false (and nothing runs) where this device or build cannot run that cluster.
-template <SoftmaxKind K, class T, int VEC, int C, int N>
-Status launch_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
-                     int threads, bool* launched) {
-  constexpr auto kernel = staged_kernel<K, T, VEC, C, N>;
-  *launched = false;
-  cudaFuncAttributes attr{};
-  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-  if (attr.binaryVersion < 80) return {};  // cp.async needs compute capability 8.0
-  if (C > 1 && (!dev.cluster_launch || attr.binaryVersion < 90)) return {};
-  const std::size_t smem = staged_smem(N, threads);
-  if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(staged_smem(N, kStagedMaxThreads))),
-                           op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-      !s) {
-    return {};  // more shared memory than this device has: another path runs
-  }
-  if constexpr (C > 8) {
-    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                             "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-        !s)
-      return s;
-  }
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = C;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(C);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream_of(ctx);
-  cfg.attrs = C > 1 ? &cluster : nullptr;
-  cfg.numAttrs = C > 1 ? 1 : 0;
-  int64_t resident = 0;
-  if constexpr (C > 1) {
-    int clusters = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
-      (void)cudaGetLastError();
-      return {};  // cannot be co-scheduled here
-    }
-    if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
-    resident = clusters;
-  } else {
-    int per_sm = 0;
-    if (Status s = status_of(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), op,
-                             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-        !s)
-      return s;
-    if (per_sm < 1) return {};
-    resident = int64_t{dev.sm_count} * per_sm;
-  }
-  // Resident clusters only, each taking every step-th row: the copies of a cluster's next rows
-  // are what keeps the memory system busy, so no cluster may wait for a slot.
-  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(even_grid(d.outer, resident), 0x7fffffff / C) * C));
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
-  *launched = true;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the staged row launch");
-}
-
-template <SoftmaxKind K, class T, int VEC, int N>
-Status try_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev, int c,
-                  int threads, bool* launched) {
-  *launched = false;
-  switch (c) {
-    case 1: return launch_staged<K, T, VEC, 1, N>(op, d, ctx, dev, threads, launched);
-    case 2: return launch_staged<K, T, VEC, 2, N>(op, d, ctx, dev, threads, launched);
-    case 4: return launch_staged<K, T, VEC, 4, N>(op, d, ctx, dev, threads, launched);
-    case 8: return launch_staged<K, T, VEC, 8, N>(op, d, ctx, dev, threads, launched);
-    case 16: return launch_staged<K, T, VEC, 16, N>(op, d, ctx, dev, threads, launched);
-    default: break;
-  }
-  return {};
-}
-
-// The gradients' block path: the fewest blocks of at most staged_max_threads threads, N packs
-// each, that hold the row (then each block's share of a row carries the most data per barrier).
-template <SoftmaxKind K, class T, int VEC>
-Status run_staged(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
-                  const RowTuning& tune, bool* launched) {
-  *launched = false;
-  const int64_t units = d.axis_len / VEC;
-  auto threads_for = [&](int c, int n) -> int {
-    const int64_t t = ceil_div(ceil_div(units, int64_t{c} * n), 32) * 32;
-    return t <= tune.staged_max_threads ? static_cast<int>(std::max<int64_t>(t, 32)) : 0;
-  };
-  int n = tune.staged_packs ? tune.staged_packs : threads_for(kMaxCluster, 2) ? 2 : 4;
-  int c = 1;
-  while (c < kMaxCluster && threads_for(c, n) == 0) c *= 2;
-  for (; c >= 1 && threads_for(c, n) > 0; c /= 2) {
-    const int threads = threads_for(c, n);
-    Status s = n == 4 ? try_staged<K, T, VEC, 4>(op, d, ctx, dev, c, threads, launched)
-                      : try_staged<K, T, VEC, 2>(op, d, ctx, dev, c, threads, launched);
-    if (!s || *launched) return s;
-    if (c == 1) break;
-  }
-  return {};
-}
-
 template <SoftmaxKind K, class T>
 Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
   constexpr auto kernel = strided_kernel<K, T>;
@@ -1074,20 +663,7 @@ Status run(const SoftmaxDesc& d, const Context& ctx, Path path) {
           // prefetch their next rows were 1 to 15% slower (lab/cuda/NOTES.md).
           return rows_aligned(d) ? run_warp<K, T, V>(op, d, ctx, dev) : run_warp<K, T, 1>(op, d, ctx, dev);
         case Path::block:
-          if (!congruent(d)) return run_block<K, T, 1>(op, d, ctx, dev);
-          // 16-bit SoftmaxGrad rows that need more than one register block: staged through shared
-          // memory, 4 packs a thread (on an H200: 0.73 / 0.64 / 0.66 of copy at 32768 / 131072 /
-          // 50257 against 0.67 / 0.48 / 0.54-0.68 in registers). In f32, and at 4096, the register
-          // kernel was faster (0.90 against 0.75 at 32768 in f32).
-          if constexpr (K == SoftmaxKind::softmax_grad && sizeof(T) == 2) {
-            if (blocks_per_row(d) > 1) {
-              RowTuning tune;
-              tune.staged_packs = 4;
-              bool launched = false;
-              if (Status s = run_staged<K, T, V>(op, d, ctx, dev, tune, &launched); !s || launched) return s;
-            }
-          }
-          return run_block<K, T, V>(op, d, ctx, dev);
+          return congruent(d) ? run_block<K, T, V>(op, d, ctx, dev) : run_block<K, T, 1>(op, d, ctx, dev);
         case Path::two_pass:
           return congruent(d) ? run_two_pass<K, T, V>(op, d, ctx, dev) : run_two_pass<K, T, 1>(op, d, ctx, dev);
         case Path::strided: break;

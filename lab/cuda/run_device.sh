@@ -4,7 +4,7 @@
 # the CUDA tests, the lab's sweep, bench/gpu_bench.py on the new library, SASS statistics. Results go to $OUT (default out/lab).
 #   lab/cuda/run_device.sh [tests] [lab] [bench] [sass] [ncu] [-- lab.py arguments]
 # ncu: hardware counters of the first NCU_COUNT (1) launches of the kernels matching NCU_KERNELS
-# (a regex, default staged_kernel) while lab.py runs with NCU_ARGS (default: SoftmaxGrad sections
+# (a regex, default two_pass_kernel) while lab.py runs with NCU_ARGS (default: SoftmaxGrad sections
 # at 2048x32768 bf16).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,7 +42,7 @@ for s in "${steps[@]}"; do
       echo "== ncu"
       timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
-        -k "regex:${NCU_KERNELS:-staged_kernel}" -c "${NCU_COUNT:-1}" python3 lab/cuda/lab.py \
+        -k "regex:${NCU_KERNELS:-two_pass_kernel}" -c "${NCU_COUNT:-1}" python3 lab/cuda/lab.py \
         --new .gpubin/new/libgradops.so --lab .gpubin/new/liblab.so --out "$out/ncu_lab" --repeats 1 \
         ${NCU_ARGS:---sections softmax --shapes 2048x32768 --dtypes bf16} >"$out/ncu.txt" 2>&1
       echo "ncu rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Issued Ipc Active|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" "$out/ncu.txt" | head -40 ;;

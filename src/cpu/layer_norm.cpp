@@ -88,19 +88,7 @@ HWY_INLINE void FoldPairWriting(D d, int64_t n, const Step& step, T* HWY_RESTRIC
   int64_t w = 0;
   bool stream = false;
   if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w);
-  auto write_whole = [&](int64_t count) HWY_ATTR {
-    if (kStream && stream) {
-      constexpr int64_t kV = kStreamVectors<D, T>;
-      for (; count >= kV && w + kV * L <= n_out; count -= kV, w += kV * L) {
-        const auto lo = value(w, L);
-        const auto hi = kV == 2 ? value(w + L, L) : hn::Zero(d);
-        StreamNarrow(d, lo, hi, out + w);
-      }
-      if (count > 0 && w + L <= n_out) StoreNarrow(d, value(w, L), out + w), --count, w += L;
-    } else {
-      for (; count > 0 && w + L <= n_out; --count, w += L) StoreNarrow(d, value(w, L), out + w);
-    }
-  };
+  auto write_whole = [&](int64_t count) HWY_ATTR { WriteWhole<kStream>(d, out, n_out, value, stream, w, count); };
   // Four whole vectors at w, the common case, with one bound check.
   auto write_four = [&]() HWY_ATTR {
     if (w + 4 * L > n_out) return write_whole(4);

@@ -321,6 +321,25 @@ HWY_INLINE bool WriteStreamHead(D d, T* HWY_RESTRICT out, int64_t n_out, const V
   return true;
 }
 
+// Up to `count` whole vectors of a run at w (while w + L <= n_out), advancing w: in pairs through
+// non-temporal stores where the run streams (after WriteStreamHead), else one at a time.
+template <bool kStream, class D, class T, class Value>
+HWY_INLINE void WriteWhole(D d, T* HWY_RESTRICT out, int64_t n_out, const Value& value, bool stream, int64_t& w,
+                           int64_t count) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  if (kStream && stream) {
+    constexpr int64_t kV = kStreamVectors<D, T>;
+    for (; count >= kV && w + kV * L <= n_out; count -= kV, w += kV * L) {
+      const auto lo = value(w, L);
+      const auto hi = kV == 2 ? value(w + L, L) : hn::Zero(d);
+      StreamNarrow(d, lo, hi, out + w);
+    }
+    if (count > 0 && w + L <= n_out) StoreNarrow(d, value(w, L), out + w), --count, w += L;
+  } else {
+    for (; count > 0 && w + L <= n_out; --count, w += L) StoreNarrow(d, value(w, L), out + w);
+  }
+}
+
 // ---- reductions in a fixed order, and writing contiguous runs ----------------------------------
 // The order of every reduction below depends only on n and the target's lane count, never on
 // data, alignment, threads or what is written alongside: the same inputs give the same bits on a
@@ -353,17 +372,7 @@ HWY_NOINLINE HWY_FLATTEN hn::Vec<D> FoldBlocksWriting(D d, int64_t n, hn::Vec<D>
   int64_t w = 0;  // the next element to write
   bool stream = false;
   if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w);
-  // Whole vectors at w while w + count * L <= n_out.
-  auto write_whole = [&](int64_t count) HWY_ATTR {
-    if (kStream && stream) {
-      constexpr int64_t kV = kStreamVectors<D, T>;
-      for (; count >= kV && w + kV * L <= n_out; count -= kV, w += kV * L)
-        StreamNarrow(d, value(w, L), kV == 2 ? value(w + L, L) : hn::Zero(d), out + w);
-      if (count > 0 && w + L <= n_out) StoreNarrow(d, value(w, L), out + w), --count, w += L;
-    } else {
-      for (; count > 0 && w + L <= n_out; --count, w += L) StoreNarrow(d, value(w, L), out + w);
-    }
-  };
+  auto write_whole = [&](int64_t count) HWY_ATTR { WriteWhole<kStream>(d, out, n_out, value, stream, w, count); };
   auto a0 = init, a1 = init, a2 = init, a3 = init;
   int64_t j = 0;
   for (; j + 4 * L <= n; j += 4 * L) {

@@ -355,6 +355,9 @@ Status visit_kind(SoftmaxKind k, G&& g) {
 
 std::size_t elem_size(const SoftmaxDesc& d) { return dtype_size(d.dtype); }
 
+// Rows of the descriptor as the row kernels take them.
+RowArgs row_args(const SoftmaxDesc& d) { return {d.dy, d.y, d.out, d.outer, d.axis_len}; }
+
 // Every pointer at one offset from a 16-byte boundary (then every row's packs line up).
 bool congruent(const SoftmaxDesc& d) {
   const unsigned m = misalignment16(d.y);
@@ -443,7 +446,7 @@ Status launch_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx
     if (Status s = blocks_per_sm<kernel>(op, dev, kWarpThreads, &per_sm); !s) return s;
     blocks = even_grid(steps, int64_t{dev.sm_count} * per_sm);
   }
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
+  const RowArgs a = row_args(d);
   return launch(op, "the warp-per-row launch", kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpThreads),
                 stream_of(ctx), a, log2_lanes);
 }
@@ -462,13 +465,14 @@ Status run_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, c
   return launch_warp<K, T, VEC, kWarpMaxPacksPerLane<T>, kPrefetch>(op, d, ctx, dev, log2_lanes);
 }
 
-// Fills cfg for clusters of C blocks of `threads` threads (C = 1: plain blocks) and sets *resident to
-// how many fit on the device at once: 0 (and nothing to launch) where this device or build cannot
-// run them.
-template <int C, class Kernel>
-Status cluster_config(std::string_view op, const DeviceInfo& dev, const Context& ctx, Kernel kernel, int threads,
-                      cudaLaunchAttribute* cluster, cudaLaunchConfig_t* cfg, int64_t* resident) {
-  *resident = 0;
+// Launches kernel(row_args(d)) in clusters of C blocks of `threads` threads (C = 1: plain blocks),
+// count(resident) clusters of them, where resident is how many fit on the device at once. *launched
+// is false (and nothing runs) where this device or build cannot run such clusters or count() is 0.
+template <int C, class Kernel, class Count>
+Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
+                       Kernel kernel, int threads, const char* what, Count&& count, bool* launched) {
+  *launched = false;
+  int64_t resident = 0;
   if constexpr (C > 1) {
     cudaFuncAttributes attr{};
     if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
@@ -480,56 +484,51 @@ Status cluster_config(std::string_view op, const DeviceInfo& dev, const Context&
         !s)
       return s;
   }
-  *cluster = {};
-  cluster->id = cudaLaunchAttributeClusterDimension;
-  cluster->val.clusterDim.x = C;
-  cluster->val.clusterDim.y = 1;
-  cluster->val.clusterDim.z = 1;
-  *cfg = {};
-  cfg->gridDim = dim3(C);
-  cfg->blockDim = dim3(threads);
-  cfg->stream = stream_of(ctx);
-  cfg->attrs = C > 1 ? cluster : nullptr;
-  cfg->numAttrs = C > 1 ? 1 : 0;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(C);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream_of(ctx);
+  cfg.attrs = C > 1 ? &cluster : nullptr;
+  cfg.numAttrs = C > 1 ? 1 : 0;
   if constexpr (C > 1) {
     int clusters = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, cfg);
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
     if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
       (void)cudaGetLastError();
       return {};  // cannot be co-scheduled here
     }
     if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
-    *resident = clusters;
+    resident = clusters;
   } else {
     int per_sm = 0;
     if (Status s = status_of(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0), op,
                              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
         !s)
       return s;
-    *resident = int64_t{dev.sm_count} * per_sm;
+    resident = int64_t{dev.sm_count} * std::max(per_sm, 1);  // plain blocks always launch
   }
-  return {};
+  const int64_t n = resident > 0 ? count(resident) : 0;
+  if (n <= 0) return {};
+  cfg.gridDim = dim3(static_cast<unsigned>(n * C));
+  *launched = true;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, row_args(d)), op, what);
 }
 
-// Launches the two-pass kernel with clusters of C blocks per row, resident ones only; *launched is
-// false (and nothing runs) where this device or build cannot run them, or where more than max_open
-// rows would be open at once and a larger cluster could take fewer.
+// The two-pass kernel with clusters of C blocks per row, resident ones only; declines (nothing runs)
+// where more than max_open rows would be open at once and a larger cluster could take fewer.
 template <SoftmaxKind K, class T, int VEC, int C>
 Status launch_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
                        int64_t max_open, bool* launched) {
-  constexpr auto kernel = two_pass_kernel<K, T, VEC, C>;
-  *launched = false;
-  cudaLaunchAttribute cluster;
-  cudaLaunchConfig_t cfg;
-  int64_t resident = 0;
-  if (Status s = cluster_config<C>(op, dev, ctx, kernel, kTwoPassThreads, &cluster, &cfg, &resident);
-      !s || !resident)
-    return s;
-  if (C < kMaxTwoPassCluster && resident > max_open) return {};
-  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(d.outer, resident) * C));
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
-  *launched = true;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the two-pass launch");
+  auto count = [&](int64_t resident) -> int64_t {
+    return C < kMaxTwoPassCluster && resident > max_open ? 0 : std::min<int64_t>(d.outer, resident);
+  };
+  return launch_clusters<C>(op, d, ctx, dev, two_pass_kernel<K, T, VEC, C>, kTwoPassThreads, "the two-pass launch",
+                            count, launched);
 }
 
 // The second pass re-reads a row from L2 only if it is still there. Gradients: the fewest blocks
@@ -565,22 +564,13 @@ Status run_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ct
   return launch_two_pass<K, T, VEC, 1>(op, d, ctx, dev, INT64_MAX, &launched);  // no cluster runs here
 }
 
-// Launches a cluster of C blocks per row; *launched is false (and nothing runs) where this device
-// or build cannot run clusters of that size and block.
+// The register kernel with a cluster of C blocks per row, a row per cluster.
 template <SoftmaxKind K, class T, int VEC, int C>
 Status launch_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
                       int threads, bool* launched) {
-  constexpr auto kernel = block_kernel<K, T, VEC, C>;
-  *launched = false;
-  cudaLaunchAttribute cluster;
-  cudaLaunchConfig_t cfg;
-  int64_t resident = 0;
-  if (Status s = cluster_config<C>(op, dev, ctx, kernel, threads, &cluster, &cfg, &resident); !s || !resident)
-    return s;
-  cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(d.outer, 0x7fffffff / C) * C));
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
-  *launched = true;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the cluster-per-row launch");
+  auto count = [&](int64_t) { return std::min<int64_t>(d.outer, 0x7fffffff / C); };
+  return launch_clusters<C>(op, d, ctx, dev, block_kernel<K, T, VEC, C>, threads, "the cluster-per-row launch", count,
+                            launched);
 }
 
 template <SoftmaxKind K, class T, int VEC>
@@ -613,7 +603,7 @@ Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, 
   // per barrier (two blocks share a multiprocessor, so one's reduction overlaps the other's loads).
   int c = 1;
   while (c < max_c && threads_for(c) == 0) c *= 2;
-  const RowArgs a{d.dy, d.y, d.out, d.outer, d.axis_len};
+  const RowArgs a = row_args(d);
   if (c == 1) {
     const int threads = threads_for(1);
     const int64_t blocks = std::clamp<int64_t>(d.outer, 1, 0x7fffffff);

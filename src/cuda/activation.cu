@@ -270,9 +270,9 @@ __device__ __forceinline__ Pack<T, VEC> apply_pack(const Pack<T, VEC>& g, const 
   Pack<T, VEC> o;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    const A gj = takes_dy(F) ? to_compute(g.v[j]) : A(0);
-    A vj = to_compute(v.v[j]);
-    if constexpr (kBias) vj = vj + to_compute(b.v[j]);  // as the bias kernel: X + B in the compute type
+    const A gj = takes_dy(F) ? unpack(g, j) : A(0);
+    A vj = unpack(v, j);
+    if constexpr (kBias) vj = vj + unpack(b, j);  // as the bias kernel: X + B in the compute type
     o.v[j] = from_compute<T>(apply<F, T>(gj, vj, alpha));
   }
   return o;

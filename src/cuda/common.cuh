@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -117,6 +118,21 @@ template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
+
+// Element j of a pack in the compute type. bf16 from the 32-bit word that holds it: a bf16 value is
+// the high half of its f32, so one shift (even j) or mask (odd j) of the word. Converted element by
+// element, each half is first extracted into a register of its own, which made a row held in bf16
+// packs take 54 registers where f16 (whose conversion reads either half of a word in place) takes 39.
+template <class T, int N>
+__device__ __forceinline__ compute_t<T> unpack(const Pack<T, N>& p, int j) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    uint32_t w;
+    memcpy(&w, &p.v[j & ~1], sizeof(w));
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    return to_compute(p.v[j]);
+  }
+}
 
 // A 16-byte pack moved with a cache hint: kHint 0 is an ordinary access; 1 streams (evict-first in
 // L1 and L2: ld.global.cs / st.global.cs), for data that is touched once. Other sizes ignore it.

@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
       P gv = {};
       if constexpr (is_grad(K)) gv = gp[p];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) push<K>(st, to_compute(yv.v[j]), is_grad(K) ? to_compute(gv.v[j]) : A(0));
+      for (int j = 0; j < VEC; ++j) push<K>(st, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0));
     }
     for (int64_t i = t; i < head; i += nthreads) {
       A ye, ge;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
         o.v[j] = from_compute<T>(
-            output<K, sizeof(T) == 2>(f, to_compute(yv.v[j]), is_grad(K) ? to_compute(gv.v[j]) : A(0)));
+            output<K, sizeof(T) == 2>(f, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0)));
       op[p] = o;
     }
     for (int64_t i = t; i < head; i += nthreads) {

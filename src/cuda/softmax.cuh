@@ -159,7 +159,7 @@ struct Held {
       for (int k = 0; k < N; ++k)
         if (valid[k])
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) s = term(s, to_compute(y[k].v[j]), to_compute(g[k].v[j]));
+          for (int j = 0; j < VEC; ++j) s = term(s, unpack(y[k], j), unpack(g[k], j));
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         if (i < n_extra) s = term(s, ey[i], eg[i]);
@@ -170,7 +170,7 @@ struct Held {
       for (int k = 0; k < N; ++k)
         if (valid[k])
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) m = max_nan(m, to_compute(y[k].v[j]));
+          for (int j = 0; j < VEC; ++j) m = max_nan(m, unpack(y[k], j));
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         if (i < n_extra) m = max_nan(m, ey[i]);
@@ -181,7 +181,7 @@ struct Held {
         for (int k = 0; k < N; ++k)
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            e[k][j] = valid[k] ? dexp(to_compute(y[k].v[j]) - m) : A(0);
+            e[k][j] = valid[k] ? dexp(unpack(y[k], j) - m) : A(0);
             s += e[k][j];
           }
 #pragma unroll
@@ -205,9 +205,9 @@ struct Held {
     Pack<T, VEC> o;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const A gj = is_grad(K) ? to_compute(gk.v[j]) : A(0);
+      const A gj = is_grad(K) ? unpack(gk, j) : A(0);
       const A ej = K == SoftmaxKind::softmax ? e[k][j] : A(0);
-      o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, to_compute(yk.v[j]), gj, ej));
+      o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, unpack(yk, j), gj, ej));
     }
     return o;
   }

@@ -82,9 +82,12 @@ class Gradops:
         ins = (ctypes.POINTER(_Tensor) * len(inputs))(*[self._describe(t, keep) for t in inputs])
         outs = (ctypes.POINTER(_Tensor) * len(outputs))(*[self._describe(t, keep) for t in outputs])
         attrs = attrs or {}
-        at = (_Attribute * max(len(attrs), 1))(*[_Attribute(k.encode(), float(v)) for k, v in attrs.items()])
+        names = [k.encode() for k in attrs]  # alive until the call returns, as in prepare()
+        at = (_Attribute * max(len(attrs), 1))(*[_Attribute(n, float(v)) for n, v in zip(names, attrs.values())])
         ctx = _Context(threads, None, None)
         buf = ctypes.create_string_buffer(64)
-        self.lib.gradops_implementation_name(op.encode(), ins, len(inputs), outs, len(outputs), at,
-                                             len(attrs), ctypes.byref(ctx), buf, 64)
+        status = self.lib.gradops_implementation_name(op.encode(), ins, len(inputs), outs, len(outputs), at,
+                                                      len(attrs), ctypes.byref(ctx), buf, 64)
+        if status:  # shown where the name would be, so that a table says why it has none
+            return "error: " + self.lib.gradops_last_error().decode()
         return buf.value.decode()

@@ -442,6 +442,7 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
     if (width == VEC) {
       const P bp = *reinterpret_cast<const P*>(b + col);
       A bv[VEC];
+      // to_compute here, not unpack(): under this kernel's register bound unpack() spilled more.
 #pragma unroll
       for (int j = 0; j < VEC; ++j) bv[j] = to_compute(bp.v[j]);
       auto row_step = [&](const P& g, const P& v, int64_t off) {

@@ -121,11 +121,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs 
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
-  int rank = 0;
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#endif
-  const int64_t t = static_cast<int64_t>(rank) * blockDim.x + threadIdx.x;
+  const int64_t t = cluster_thread<C>();
   const int64_t nthreads = static_cast<int64_t>(C) * blockDim.x;
   int parity = 0;
   auto reduce = [&](auto op, auto v) {
@@ -173,9 +169,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs 
     for (int i = 0; i < n_extra; ++i)
       out[at[i]] = from_compute<T>(output<K, sizeof(T) == 2>(f, ey[i], eg[i], ee[i]));
   }
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
-#endif
+  cluster_exit<C>();
 }
 
 // ---- cuda:two_pass ----------------------------------------------------------------------------
@@ -199,11 +193,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
-  int rank = 0;
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#endif
-  const int64_t t = static_cast<int64_t>(rank) * blockDim.x + threadIdx.x;
+  const int64_t t = cluster_thread<C>();
   const int64_t nthreads = static_cast<int64_t>(C) * blockDim.x;
   int parity = 0;
   for (int64_t r = blockIdx.x / C; r < a.rows; r += gridDim.x / C, parity ^= 1) {
@@ -264,9 +254,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
       out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
     }
   }
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) cooperative_groups::this_cluster().sync();  // peers may still read our totals
-#endif
+  cluster_exit<C>();
 }
 
 // ---- cuda:strided (inner > 1) ---------------------------------------------------------------
@@ -397,13 +385,7 @@ bool two_passes_faster(const SoftmaxDesc& d) {
   const int c = blocks_per_row(d);
   if (c == 1) return false;
   const bool half = elem_size(d) == 2;
-  switch (d.kind) {
-    case SoftmaxKind::softmax:
-    case SoftmaxKind::log_softmax: return half || c >= 8;
-    case SoftmaxKind::softmax_grad:
-    case SoftmaxKind::log_softmax_grad: break;
-  }
-  return half;
+  return is_grad(d.kind) ? half : half || c >= 8;
 }
 
 // Checks shared by every implementation; `done` when there is nothing to launch.

@@ -253,6 +253,25 @@ struct ReduceSmem {
   V block[2];      // [parity]: this block's total, read by the cluster's other blocks
 };
 
+// This thread's index among the C * blockDim.x threads of its cluster (C = 1: its block).
+template <int C>
+__device__ __forceinline__ int64_t cluster_thread() {
+  int rank = 0;
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#endif
+  return static_cast<int64_t>(rank) * blockDim.x + threadIdx.x;
+}
+
+// A block of a cluster exits only after its peers: they may still read its totals
+// (block_allreduce's distributed shared memory).
+template <int C>
+__device__ __forceinline__ void cluster_exit() {
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (C > 1) cooperative_groups::this_cluster().sync();
+#endif
+}
+
 // The combined value of every thread of the block (and of the cluster's C blocks). Each warp
 // leaves its value in shared memory; after a barrier every warp combines them (lane w takes warp
 // w's, then a butterfly), so all threads compute the same bits; across a cluster, each block's

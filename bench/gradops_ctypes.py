@@ -41,6 +41,10 @@ class Gradops:
             ctypes.c_size_t, ctypes.POINTER(_Context)]
         self.lib.gradops_last_error.restype = ctypes.c_char_p
         self.lib.gradops_implementation_name.restype = ctypes.c_int
+        # Declared so that the size_t counts go out as 64-bit values: undeclared, ctypes passes
+        # Python ints as C ints and the upper half of each count is whatever the register held.
+        self.lib.gradops_implementation_name.argtypes = self.lib.gradops_run.argtypes + [
+            ctypes.c_char_p, ctypes.c_size_t]
 
     @staticmethod
     def _describe(t, keep):

@@ -228,7 +228,7 @@ std::vector<SoftmaxShape> softmax_shapes() {
           {{5, 1}, true},       {{2, 3, 5}, true},   {{2, 3, 5, 7}, true}, {{2, 1, 3, 1, 4}, true},
           {{3, 5, 2053}, false}, {{2, 1031, 37}, false}, {{65537, 3}, false}, {{9, 1025}, false},
           {{5, 2048}, false},   {{4, 4100}, false},  {{2, 32768}, false},  {{3, 50257}, false},
-          {{2, 131072}, false}, {{1, 262144}, false}};
+          {{2, 131072}, false}, {{1, 262144}, false}, {{1, 270000}, false}};
 }
 
 TEST_F(Cuda, SoftmaxMatchesOracleAndCpu) {
@@ -271,6 +271,8 @@ TEST_F(Cuda, SoftmaxPathPerRowLength) {
       {{64, 2048}, DType::bf16, -1, "cuda:warp_per_row"}, {{9, 1025}, DType::f32, -1, "cuda:block_per_row"},
       {{2, 32768}, DType::f32, -1, "cuda:block_per_row"}, {{2, 131072}, DType::f32, -1, "cuda:block_per_row"},
       {{1, 262144}, DType::f32, -1, "cuda:two_pass"},     {{31, 33}, DType::f32, 0, "cuda:strided"},
+      {{2, 131072}, DType::bf16, -1, "cuda:block_per_row"}, {{1, 262144}, DType::f16, -1, "cuda:block_per_row"},
+      {{1, 270000}, DType::bf16, -1, "cuda:two_pass"},
   };
   for (const Expect& e : cases) {
     const std::size_t bytes = static_cast<std::size_t>(count_of(e.shape)) * dtype_size(e.t);

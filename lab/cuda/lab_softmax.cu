@@ -38,7 +38,7 @@ Status visit_dtype(int code, G&& g) {
 
 // path 0, warp: cfg 0 prefetch (persistent grid), 1 one step per warp; ppl = packs per lane the
 //               lane count aims at.
-// path 1, block: cfg 2 the register kernel (f32 4 packs, 16-bit 2, up to 512 threads; the library's
+// path 1, block: cfg 2 the register kernel (4 packs; 16-bit forwards 2; up to 512 threads; the library's
 //                for one-block rows and f32), 3 the register kernel for one-block rows with registers
 //                bounded for 3 resident blocks of 512 threads.
 // path 2, two passes: cfg blocks a row (a cluster; 0: as the library picks them).
@@ -58,7 +58,7 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
     case 1:
       if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
       if (cfg == 3) {  // one block a row, registers bounded for 3 resident blocks of 512 threads
-        constexpr int N = gc::kBlockPacks<T>;
+        constexpr int N = gc::kBlockPacks<K, T>;
         const int64_t threads = ((d.axis_len / V + N - 1) / N + 31) / 32 * 32;
         if (threads > gc::kBlockMaxThreads)
           return Status(gradops::StatusCode::invalid_argument, "lab: the row needs more than one block");

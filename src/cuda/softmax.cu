@@ -7,12 +7,12 @@
 //   cuda:block_per_row  up to 16 blocks' worth: the row is held in registers by one block, or by
 //                       a cluster of 2 to 16 blocks that exchange their partial results through
 //                       distributed shared memory (Hopper).
-//   cuda:two_pass       longer rows, rows it was measured faster for (the forwards, and the 16-bit
-//                       gradients, wherever a row needs a cluster), or no clusters: the row is
-//                       read twice, the second time from L2. For the gradients a row is split over
-//                       a cluster of up to 8 blocks where that keeps what the open rows re-read
-//                       within a quarter of L2 (one block a row would leave the second read to
-//                       DRAM on long rows).
+//   cuda:two_pass       longer rows, rows it was measured faster for (the 16-bit forwards wherever
+//                       a row needs a cluster, f32/f64 forwards from 8 blocks a row), or no
+//                       clusters: the row is read twice, the second time from L2. For the
+//                       gradients a row is split over a cluster of up to 8 blocks where that keeps
+//                       what the open rows re-read within a quarter of L2 (one block a row would
+//                       leave the second read to DRAM on long rows).
 // Non-last axis (inner > 1):
 //   cuda:strided        threads along inner (coalesced), lanes along the axis, two passes.
 //
@@ -100,11 +100,14 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
 
 // ---- cuda:block_per_row ---------------------------------------------------------------------
 
-// Packs of each input per thread: 16 elements of f32 or f16/bf16, 2 of f64. With at most 512
-// threads and two blocks per multiprocessor (64 registers each), that is what fits without
-// spilling once the compiler keeps the converted values for the output pass.
-template <class T>
-inline constexpr int kBlockPacks = sizeof(T) == 4 ? 4 : sizeof(T) == 2 ? 2 : 1;
+// Packs of each input per thread: 4 (16 f32 or 32 f16/bf16 elements), 2 for the 16-bit forwards
+// (which keep exp(y - max) as f32 for the output pass), 1 for f64. With at most 512 threads and
+// two blocks per multiprocessor (64 registers each), that is what fits without spilling. The
+// 16-bit gradients took 2 packs too while bf16 elements were extracted one a register; with 4 a
+// block carries twice the bytes per barrier, and long rows went from 0.61-0.88 of copy to 0.88-0.94
+// on an H100 and 0.75-0.86 on an H200 (lab/cuda/NOTES.md, sixth round).
+template <SoftmaxKind K, class T>
+inline constexpr int kBlockPacks = sizeof(T) == 8 ? 1 : sizeof(T) == 2 && !is_grad(K) ? 2 : 4;
 constexpr int kBlockMaxThreads = 512;
 constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
 
@@ -116,7 +119,7 @@ template <SoftmaxKind K, class T, int VEC, int C, int kMinB = 2>
 __global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  constexpr int N = kBlockPacks<T>;
+  constexpr int N = kBlockPacks<K, T>;
   __shared__ ReduceSmem<A> sm;
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
@@ -361,7 +364,7 @@ int64_t pack_elems(const SoftmaxDesc& d) { return static_cast<int64_t>(16 / elem
 int64_t warp_units(const SoftmaxDesc& d) { return rows_aligned(d) ? d.axis_len / pack_elems(d) : d.axis_len; }
 // Elements one block holds, and how many blocks may share a row.
 int64_t block_capacity(const SoftmaxDesc& d) {
-  const int n = elem_size(d) == 4 ? 4 : elem_size(d) == 2 ? 2 : 1;  // kBlockPacks
+  const int n = elem_size(d) == 8 ? 1 : elem_size(d) == 2 && !is_grad(d.kind) ? 2 : 4;  // kBlockPacks
   return (congruent(d) ? pack_elems(d) : 1) * n * kBlockMaxThreads;
 }
 int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }
@@ -375,17 +378,13 @@ int blocks_per_row(const SoftmaxDesc& d) {
 }
 
 // Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
-// barriers between loads) was measured faster for: the forwards in f16/bf16 (on an H100, 2048 to
+// barriers between loads) was measured faster for the forwards: in f16/bf16 (on an H100, 2048 to
 // 8192 rows of 32K to 131K: 1.4 to 2.1 times faster) and in f32 and f64 from eight blocks a row on
-// (1.1 to 1.3 times), and on an H200 both gradients in f16/bf16 once the two passes split a row
-// over a cluster (SoftmaxGrad 0.70-0.72 of copy against 0.63-0.66 held on chip at 50257 and
-// 131072, equal at 32768; LogSoftmaxGrad 0.71-0.80 against 0.46-0.66). The f32 gradients stay on
-// chip (0.80-0.90 against 0.71-0.76 at 32768 and 50257).
+// (1.1 to 1.3 times). The gradients stay on chip: f32 0.80-0.90 of copy against 0.71-0.76 at 32768
+// and 50257 (H200); 16-bit, 4 packs a thread, 0.88-0.94 against 0.77-0.88 (H100) and 0.75-0.86
+// against 0.62-0.85 (H200), LogSoftmaxGrad at 50257 on the H200 the one exception (0.75 against 0.80-0.85).
 bool two_passes_faster(const SoftmaxDesc& d) {
-  const int c = blocks_per_row(d);
-  if (c == 1) return false;
-  const bool half = elem_size(d) == 2;
-  return is_grad(d.kind) ? half : half || c >= 8;
+  return !is_grad(d.kind) && blocks_per_row(d) > 1 && (elem_size(d) == 2 || blocks_per_row(d) >= 8);
 }
 
 // Checks shared by every implementation; `done` when there is nothing to launch.
@@ -573,7 +572,7 @@ Status try_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx
 
 template <SoftmaxKind K, class T, int VEC>
 Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  constexpr int N = kBlockPacks<T>;
+  constexpr int N = kBlockPacks<K, T>;
   const int64_t units = VEC > 1 ? d.axis_len / VEC : d.axis_len;  // whole packs in a row, at most
   const int max_c = VEC > 1 ? kMaxCluster : 1;
   // Threads for c blocks per row, or 0 if c blocks of the largest size cannot hold the row.

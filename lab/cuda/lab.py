@@ -3,7 +3,7 @@
 library's defaults (new), the previous build (old) and PyTorch, on the same tensors in one run.
 
     python3 lab/cuda/lab.py --new NEW/libgradops.so --old OLD/libgradops.so --lab NEW/liblab.so \
-        --out OUT [--sections probe,softmax,elementwise,bias] [--repeats 20]
+        --out OUT [--sections probe,softmax,softmax_fwd,elementwise,bias] [--repeats 20]
 
 Every variant's output is poisoned with NaN, computed, compared with a float64 PyTorch reference
 (normwise relative error within the dtype's budget) and recomputed once more to check that the
@@ -214,7 +214,7 @@ class Lab:
                     if 32 < cols // pack <= 512 * (4 if pack == 4 else 2):
                         variants += [("block regs m3", 1, 3, 2)]
                     if cols // pack > 32:
-                        variants += [("block regs t512", 1, 2, 2), ("two_pass auto", 2, 0, 2)]
+                        variants += [("block regs t512", 1, 2, 2), ("block regs n4", 1, 4, 2), ("two_pass auto", 2, 0, 2)]
                         variants += [(f"two_pass c{c}", 2, c, 2) for c in (1, 2, 4, 8)]
                     for vname, path, cfg, ppl in variants:
                         fn = (lambda p=path, c=cfg, q=ppl: self._softmax_call(kind, dt, dy, y, dx, rows, cols,
@@ -223,8 +223,44 @@ class Lab:
                     del ref
                     torch.cuda.empty_cache()
 
+    def softmax_fwd(self, dtypes, shapes):
+        """The forwards (Softmax_13, LogSoftmax_13): the library, its paths, held rows at 4 and 8 packs."""
+        for shape in shapes:
+            rows, cols = shape
+            for name in dtypes:
+                dt = DT[name]
+                for kind, op in ((2, "Softmax_13"), (3, "LogSoftmax_13")):
+                    case = f"{op} {name} {rows}x{cols}"
+                    print(f"== {case}", flush=True)
+                    x = randn(shape, torch.float32, 2.0).to(dt)
+                    xd = x.double()
+                    ref = torch.log_softmax(xd, -1) if kind == 3 else torch.softmax(xd, -1)
+                    del xd
+                    y = torch.empty_like(x)
+                    nb = 2 * x.numel() * x.element_size()
+                    tms = self.time_torch(case, lambda k=kind: (torch.log_softmax if k == 3 else torch.softmax)(x, -1),
+                                          nb)
+                    for libname, lib in (("new", self.new), ("old", self.old)):
+                        if lib is None:
+                            continue
+                        impl = lib.implementation_name(op, [x], [y], {"axis": -1})
+                        call = lib.prepare(op, [x], [y], {"axis": -1}, stream=self.stream)
+                        self.measure(case, f"{libname} {impl}", call, [y], [ref], nb, tms)
+                    pack = 16 // x.element_size()
+                    variants = []
+                    if cols // pack > 32:
+                        variants += [("block regs t512", 1, 2, 2), ("block regs n4", 1, 4, 2),
+                                     ("block regs n8", 1, 8, 2), ("two_pass auto", 2, 0, 2)]
+                    for vname, path, cfg, ppl in variants:
+                        fn = (lambda p=path, c=cfg, q=ppl, k=kind: self._softmax_call(k, dt, None, x, y, rows, cols,
+                                                                                      p, c, q))
+                        self.measure(case, vname, fn, [y], [ref], nb, tms)
+                    del ref
+                    torch.cuda.empty_cache()
+
     def _softmax_call(self, kind, dt, dy, y, dx, rows, cols, path, cfg, ppl):
-        rc = self.lab.lab_softmax(kind, CODE[dt], dy.data_ptr(), y.data_ptr(), dx.data_ptr(), rows, cols, path, cfg,
+        rc = self.lab.lab_softmax(kind, CODE[dt], dy.data_ptr() if dy is not None else None, y.data_ptr(),
+                                  dx.data_ptr(), rows, cols, path, cfg,
                                   ppl, self.stream)
         if rc:
             raise RuntimeError("lab_softmax failed")
@@ -335,7 +371,8 @@ def main():
     ap.add_argument("--old")
     ap.add_argument("--lab", required=True)
     ap.add_argument("--out", default="out/lab")
-    ap.add_argument("--sections", default="softmax,elementwise,bias", help="also: probe (timer variants)")
+    ap.add_argument("--sections", default="softmax,elementwise,bias",
+                    help="also: softmax_fwd (the forwards), probe (timer variants)")
     ap.add_argument("--dtypes", default="f32,bf16,f16")
     ap.add_argument("--shapes", default="", help="softmax shapes, e.g. 65536x128,8192x4096 (default: all)")
     ap.add_argument("--repeats", type=int, default=20)
@@ -355,6 +392,8 @@ def main():
         lab.probe()
     if "softmax" in sections:
         lab.softmax(dtypes, shapes)
+    if "softmax_fwd" in sections:
+        lab.softmax_fwd(dtypes, shapes)
     if "elementwise" in sections:
         lab.elementwise(dtypes)
     if "bias" in sections:

@@ -40,7 +40,8 @@ Status visit_dtype(int code, G&& g) {
 //               lane count aims at.
 // path 1, block: cfg 2 the register kernel (4 packs; 16-bit forwards 2; up to 512 threads; the library's
 //                for one-block rows and f32), 3 the register kernel for one-block rows with registers
-//                bounded for 3 resident blocks of 512 threads.
+//                bounded for 3 resident blocks of 512 threads, 4 and 8 the register kernel with that
+//                many packs a thread (8: forwards only), on clusters wherever a row needs them.
 // path 2, two passes: cfg blocks a row (a cluster; 0: as the library picks them).
 template <gd::SoftmaxKind K, class T>
 Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl) {
@@ -57,6 +58,9 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
       return gc::run_warp<K, T, V, false>("lab", d, ctx, dev, tune);
     case 1:
       if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
+      if (cfg == 4) return gc::run_block<K, T, V, 4>("lab", d, ctx, dev);
+      if constexpr (!gc::is_grad(K))  // 8 packs of both inputs would not fit a gradient's registers
+        if (cfg == 8) return gc::run_block<K, T, V, 8>("lab", d, ctx, dev);
       if (cfg == 3) {  // one block a row, registers bounded for 3 resident blocks of 512 threads
         constexpr int N = gc::kBlockPacks<K, T>;
         const int64_t threads = ((d.axis_len / V + N - 1) / N + 31) / 32 * 32;
@@ -77,19 +81,26 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
 
 extern "C" {
 
-// kind: 0 SoftmaxGrad, 1 LogSoftmaxGrad. dtype: gradops' codes (0 f32, 2 f16, 3 bf16).
+// kind: 0 SoftmaxGrad, 1 LogSoftmaxGrad, 2 Softmax, 3 LogSoftmax (dy unused). dtype: gradops' codes
+// (0 f32, 2 f16, 3 bf16).
 int lab_softmax(int kind, int dtype, const void* dy, const void* y, void* out, int64_t rows, int64_t len, int path,
                 int cfg, int ppl, void* stream) {
   using namespace lab;
-  const gd::SoftmaxKind k = kind == 0 ? gd::SoftmaxKind::softmax_grad : gd::SoftmaxKind::log_softmax_grad;
-  const gd::SoftmaxDesc d{kind == 0 ? OpId::SoftmaxGrad_13 : OpId::LogSoftmaxGrad_13, k, dtype_of(dtype), rows,
-                          len, 1, dy, y, out};
+  using SK = gd::SoftmaxKind;
+  const SK kinds[] = {SK::softmax_grad, SK::log_softmax_grad, SK::softmax, SK::log_softmax};
+  const OpId ops[] = {OpId::SoftmaxGrad_13, OpId::LogSoftmaxGrad_13, OpId::Softmax_13, OpId::LogSoftmax_13};
+  if (kind < 0 || kind > 3) return 1;
+  const gd::SoftmaxDesc d{ops[kind], kinds[kind], dtype_of(dtype), rows, len, 1, kind < 2 ? dy : nullptr, y, out};
   Context ctx;
   ctx.cuda_stream = stream;
   return report(visit_dtype(dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    if (kind == 0) return softmax_variant<gd::SoftmaxKind::softmax_grad, T>(d, ctx, path, cfg, ppl);
-    return softmax_variant<gd::SoftmaxKind::log_softmax_grad, T>(d, ctx, path, cfg, ppl);
+    switch (kind) {
+      case 0: return softmax_variant<SK::softmax_grad, T>(d, ctx, path, cfg, ppl);
+      case 1: return softmax_variant<SK::log_softmax_grad, T>(d, ctx, path, cfg, ppl);
+      case 2: return softmax_variant<SK::softmax, T>(d, ctx, path, cfg, ppl);
+      default: return softmax_variant<SK::log_softmax, T>(d, ctx, path, cfg, ppl);
+    }
   }));
 }
 

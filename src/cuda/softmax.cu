@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/softmax.cuh"
@@ -100,14 +101,24 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
 
 // ---- cuda:block_per_row ---------------------------------------------------------------------
 
-// Packs of each input per thread: 4 (16 f32 or 32 f16/bf16 elements), 2 for the 16-bit forwards
-// (which keep exp(y - max) as f32 for the output pass), 1 for f64. With at most 512 threads and
-// two blocks per multiprocessor (64 registers each), that is what fits without spilling. The
-// 16-bit gradients took 2 packs too while bf16 elements were extracted one a register; with 4 a
-// block carries twice the bytes per barrier, and long rows went from 0.61-0.88 of copy to 0.88-0.94
-// on an H100 and 0.75-0.86 on an H200 (lab/cuda/NOTES.md, sixth round).
+// Packs of each input per thread, the most that fit 64 registers (two 512-thread blocks per
+// multiprocessor) without spilling more than a few bytes: gradients 4 (two inputs), forwards 8
+// (one input; the softmax terms exp(x - max) are computed again for the output, Held), f64 1.
+// With more bytes per barrier, long rows held on chip beat two passes: the 16-bit gradients took
+// 2 packs while 16-bit elements were extracted one a register, and went from 0.61-0.88 of copy to
+// 0.88-0.94 with 4 on an H100 (0.75-0.86 on an H200); the f32 and 16-bit forwards from 0.57-0.66
+// to 0.65-0.93 with 8 (lab/cuda/NOTES.md, sixth round).
+constexpr int block_packs(SoftmaxKind k, DType t) {
+  if (t == DType::f64) return 1;
+  return is_grad(k) ? 4 : 8;
+}
+template <class T>
+inline constexpr DType dtype_v = sizeof(T) == 8 ? DType::f64
+                                 : sizeof(T) == 4 ? DType::f32
+                                 : std::is_same_v<T, __half> ? DType::f16
+                                                             : DType::bf16;
 template <SoftmaxKind K, class T>
-inline constexpr int kBlockPacks = sizeof(T) == 8 ? 1 : sizeof(T) == 2 && !is_grad(K) ? 2 : 4;
+inline constexpr int kBlockPacks = block_packs(K, dtype_v<T>);
 constexpr int kBlockMaxThreads = 512;
 constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
 
@@ -115,11 +126,10 @@ constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per ker
 // row's aligned body (T threads in all), and at most one element before and one after it. kMinB:
 // resident 512-thread blocks asked of the register allocator (2: 64 registers; the lab's tighter
 // bound for 16-bit one-block rows spilled and measured 1.5 times slower).
-template <SoftmaxKind K, class T, int VEC, int C, int kMinB = 2>
+template <SoftmaxKind K, class T, int VEC, int C, int kMinB = 2, int N = kBlockPacks<K, T>>
 __global__ void __launch_bounds__(kBlockMaxThreads, kMinB) block_kernel(RowArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  constexpr int N = kBlockPacks<K, T>;
   __shared__ ReduceSmem<A> sm;
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
@@ -364,7 +374,7 @@ int64_t pack_elems(const SoftmaxDesc& d) { return static_cast<int64_t>(16 / elem
 int64_t warp_units(const SoftmaxDesc& d) { return rows_aligned(d) ? d.axis_len / pack_elems(d) : d.axis_len; }
 // Elements one block holds, and how many blocks may share a row.
 int64_t block_capacity(const SoftmaxDesc& d) {
-  const int n = elem_size(d) == 8 ? 1 : elem_size(d) == 2 && !is_grad(d.kind) ? 2 : 4;  // kBlockPacks
+  const int n = block_packs(d.kind, d.dtype);
   return (congruent(d) ? pack_elems(d) : 1) * n * kBlockMaxThreads;
 }
 int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }
@@ -378,13 +388,13 @@ int blocks_per_row(const SoftmaxDesc& d) {
 }
 
 // Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
-// barriers between loads) was measured faster for the forwards: in f16/bf16 (on an H100, 2048 to
-// 8192 rows of 32K to 131K: 1.4 to 2.1 times faster) and in f32 and f64 from eight blocks a row on
-// (1.1 to 1.3 times). The gradients stay on chip: f32 0.80-0.90 of copy against 0.71-0.76 at 32768
-// and 50257 (H200); 16-bit, 4 packs a thread, 0.88-0.94 against 0.77-0.88 (H100) and 0.75-0.86
-// against 0.62-0.85 (H200), LogSoftmaxGrad at 50257 on the H200 the one exception (0.75 against 0.80-0.85).
+// barriers between loads) was measured faster for the f64 forwards from eight blocks a row on (1.1
+// to 1.3 times, on an H100). Everything else stays on chip: the gradients (f32 0.80-0.90 of copy
+// against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an H100
+// and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one exception,
+// 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65 on an H100).
 bool two_passes_faster(const SoftmaxDesc& d) {
-  return !is_grad(d.kind) && blocks_per_row(d) > 1 && (elem_size(d) == 2 || blocks_per_row(d) >= 8);
+  return !is_grad(d.kind) && d.dtype == DType::f64 && blocks_per_row(d) >= 8;
 }
 
 // Checks shared by every implementation; `done` when there is nothing to launch.
@@ -546,33 +556,32 @@ Status run_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ct
 }
 
 // The register kernel with a cluster of C blocks per row, a row per cluster.
-template <SoftmaxKind K, class T, int VEC, int C>
+template <SoftmaxKind K, class T, int VEC, int C, int N>
 Status launch_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
                       int threads, bool* launched) {
   auto count = [&](int64_t) { return std::min<int64_t>(d.outer, 0x7fffffff / C); };
-  return launch_clusters<C>(op, d, ctx, dev, block_kernel<K, T, VEC, C>, threads, "the cluster-per-row launch", count,
+  return launch_clusters<C>(op, d, ctx, dev, block_kernel<K, T, VEC, C, 2, N>, threads, "the cluster-per-row launch", count,
                             launched);
 }
 
-template <SoftmaxKind K, class T, int VEC>
+template <SoftmaxKind K, class T, int VEC, int N>
 Status try_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev, int c,
                    int threads, bool* launched) {
   *launched = false;
   if constexpr (VEC > 1) {
     switch (c) {
-      case 2: return launch_cluster<K, T, VEC, 2>(op, d, ctx, dev, threads, launched);
-      case 4: return launch_cluster<K, T, VEC, 4>(op, d, ctx, dev, threads, launched);
-      case 8: return launch_cluster<K, T, VEC, 8>(op, d, ctx, dev, threads, launched);
-      case 16: return launch_cluster<K, T, VEC, 16>(op, d, ctx, dev, threads, launched);
+      case 2: return launch_cluster<K, T, VEC, 2, N>(op, d, ctx, dev, threads, launched);
+      case 4: return launch_cluster<K, T, VEC, 4, N>(op, d, ctx, dev, threads, launched);
+      case 8: return launch_cluster<K, T, VEC, 8, N>(op, d, ctx, dev, threads, launched);
+      case 16: return launch_cluster<K, T, VEC, 16, N>(op, d, ctx, dev, threads, launched);
       default: break;
     }
   }
   return {};
 }
 
-template <SoftmaxKind K, class T, int VEC>
+template <SoftmaxKind K, class T, int VEC, int N = kBlockPacks<K, T>>
 Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  constexpr int N = kBlockPacks<K, T>;
   const int64_t units = VEC > 1 ? d.axis_len / VEC : d.axis_len;  // whole packs in a row, at most
   const int max_c = VEC > 1 ? kMaxCluster : 1;
   // Threads for c blocks per row, or 0 if c blocks of the largest size cannot hold the row.
@@ -588,13 +597,13 @@ Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, 
   if (c == 1) {
     const int threads = threads_for(1);
     const int64_t blocks = std::clamp<int64_t>(d.outer, 1, 0x7fffffff);
-    return launch(op, "the block-per-row launch", block_kernel<K, T, VEC, 1>, dim3(static_cast<unsigned>(blocks)),
+    return launch(op, "the block-per-row launch", block_kernel<K, T, VEC, 1, 2, N>, dim3(static_cast<unsigned>(blocks)),
                   dim3(threads), stream_of(ctx), a);
   }
   // Where a cluster this large cannot be co-scheduled, half as many blocks twice the size may be.
   for (; c >= 2 && threads_for(c) > 0; c /= 2) {
     bool launched = false;
-    if (Status s = try_cluster<K, T, VEC>(op, d, ctx, dev, c, threads_for(c), &launched); !s || launched) return s;
+    if (Status s = try_cluster<K, T, VEC, N>(op, d, ctx, dev, c, threads_for(c), &launched); !s || launched) return s;
   }
   if (detail::verbose_dispatch())
     detail::log_dispatch(op, "cuda:block_per_row", "found no cluster it can co-schedule here: cuda:two_pass runs");

@@ -143,13 +143,17 @@ __device__ __forceinline__ A output(const Final<A>& f, A y, A g) {
 
 // A row's values held in registers, N packs of VEC, reduced with `reduce` (a callable taking the
 // op type and a value, returning the combined value over the row). Gradients: one sum. Forwards:
-// the max, then the sum of exp(x - max), whose terms are kept for the output pass (softmax).
+// the max, then the sum of exp(x - max). Softmax keeps those terms for the output pass where a
+// thread holds at most 2 packs (the warp path; computing them again cost 16-bit short rows 0.04-0.05
+// of copy) and computes them again (the same bits) where it holds more: kept, they took twice the
+// packs' registers in 16-bit, and a block held half the row.
 template <SoftmaxKind K, class T, int VEC, int N>
 struct Held {
   using A = compute_t<T>;
+  static constexpr bool kKeepTerms = K == SoftmaxKind::softmax && N <= 2;
   Pack<T, VEC> y[N], g[N];
   bool valid[N];
-  A e[N][VEC];  // softmax forward: exp(y - max)
+  A e[kKeepTerms ? N : 1][VEC];  // softmax forward, kKeepTerms: exp(y - max)
 
   template <class Reduce>
   __device__ __forceinline__ Final<A> finish(Reduce reduce, int n_extra, const A* ey, const A* eg, A* ee) {
@@ -179,10 +183,14 @@ struct Held {
       if (m != -INFINITY) {  // else every element is -inf (or the lane holds none)
 #pragma unroll
         for (int k = 0; k < N; ++k)
+          if (valid[k]) {
+            const Pack<T, VEC> yk = opaque(y[k]);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            e[k][j] = valid[k] ? dexp(unpack(y[k], j) - m) : A(0);
-            s += e[k][j];
+            for (int j = 0; j < VEC; ++j) {
+              const A t = dexp(unpack(yk, j) - m);
+              if constexpr (kKeepTerms) e[k][j] = t;
+              s += t;
+            }
           }
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -206,8 +214,8 @@ struct Held {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const A gj = is_grad(K) ? unpack(gk, j) : A(0);
-      const A ej = K == SoftmaxKind::softmax ? e[k][j] : A(0);
-      o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, unpack(yk, j), gj, ej));
+      if constexpr (kKeepTerms) o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, unpack(yk, j), gj, e[k][j]));
+      else o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f, unpack(yk, j), gj));
     }
     return o;
   }

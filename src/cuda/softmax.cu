@@ -7,9 +7,8 @@
 //   cuda:block_per_row  up to 16 blocks' worth: the row is held in registers by one block, or by
 //                       a cluster of 2 to 16 blocks that exchange their partial results through
 //                       distributed shared memory (Hopper).
-//   cuda:two_pass       longer rows, rows it was measured faster for (the 16-bit forwards wherever
-//                       a row needs a cluster, f32/f64 forwards from 8 blocks a row), or no
-//                       clusters: the row is read twice, the second time from L2. For the
+//   cuda:two_pass       longer rows, rows it was measured faster for (f64 forwards from 8 blocks a
+//                       row), or no clusters: the row is read twice, the second time from L2. For the
 //                       gradients a row is split over a cluster of up to 8 blocks where that keeps
 //                       what the open rows re-read within a quarter of L2 (one block a row would
 //                       leave the second read to DRAM on long rows).
@@ -560,8 +559,8 @@ template <SoftmaxKind K, class T, int VEC, int C, int N>
 Status launch_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev,
                       int threads, bool* launched) {
   auto count = [&](int64_t) { return std::min<int64_t>(d.outer, 0x7fffffff / C); };
-  return launch_clusters<C>(op, d, ctx, dev, block_kernel<K, T, VEC, C, 2, N>, threads, "the cluster-per-row launch", count,
-                            launched);
+  return launch_clusters<C>(op, d, ctx, dev, block_kernel<K, T, VEC, C, 2, N>, threads, "the cluster-per-row launch",
+                            count, launched);
 }
 
 template <SoftmaxKind K, class T, int VEC, int N>

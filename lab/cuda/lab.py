@@ -30,11 +30,10 @@ aten = torch.ops.aten
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 CODE = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 3}
 TOL = {torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}  # normwise, vs float64
-# Bias kernel variants: rows per batch, pipelined, register bound in resident 256-thread blocks,
-# target blocks (the previous default first). 384 and 528 blocks are whole multiples of both lab
-# shapes' column blocks (16 and 12 in 16-bit) and fill 3 or 4 blocks on each of 132 SMs.
-BIAS_VARIANTS = [(8, 0, 0, 256), (8, 0, 2, 256), (4, 1, 2, 256), (4, 0, 3, 384), (2, 1, 3, 384), (4, 0, 4, 528),
-                 (2, 1, 4, 528), (2, 0, 4, 528)]
+# Bias kernel variants: rows per batch, register bound in resident 256-thread blocks, target blocks
+# (the previous default first). 384 and 528 blocks are whole multiples of both lab shapes' column
+# blocks (16 and 12 in 16-bit) and fill 3 or 4 blocks on each of 132 SMs.
+BIAS_VARIANTS = [(8, 0, 256), (8, 2, 256), (4, 2, 256), (4, 3, 384), (4, 4, 528), (2, 4, 528)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
 
@@ -98,7 +97,7 @@ class Lab:
         i64, i32, vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
         self.lab.lab_softmax.argtypes = [i32, i32, vp, vp, vp, i64, i64, i32, i32, i32, vp]
         self.lab.lab_flat.argtypes = [i32, i32, vp, vp, vp, i64, i32, i32, vp]
-        self.lab.lab_bias.argtypes = [i32, i32, vp, vp, vp, vp, vp, i64, i64, i32, i32, i32, i64, i32, vp]
+        self.lab.lab_bias.argtypes = [i32, i32, vp, vp, vp, vp, vp, i64, i64, i32, i32, i64, i32, vp]
         self.timer = Timer(args.repeats)
         self.rows = []
         self.stream = torch.cuda.current_stream().cuda_stream
@@ -331,16 +330,15 @@ class Lab:
                             if lib is not None and fn_id < 2:
                                 call = lib.prepare(op, [dy, x, b], outs, {}, stream=self.stream)
                                 self.measure(case, libname, call, outs, refs, nb, tms)
-                        for ru, pipe, mb, tb in BIAS_VARIANTS:
+                        for ru, mb, tb in BIAS_VARIANTS:
                             if es == 4 and mb > 2:
                                 continue
-                            def call(ru=ru, pipe=pipe, mb=mb, tb=tb):
+                            def call(ru=ru, mb=mb, tb=tb):
                                 if self.lab.lab_bias(fn_id, CODE[dt], dy.data_ptr(), x.data_ptr(), b.data_ptr(),
                                                      dx.data_ptr(), db.data_ptr() if with_db else None, rows,
-                                                     cols, ru, pipe, mb, tb, 32, self.stream):
+                                                     cols, ru, mb, tb, 32, self.stream):
                                     raise RuntimeError("lab_bias failed")
-                            self.measure(case, f"bias {'pipe' if pipe else 'plain'} r{ru} m{mb} blocks{tb}", call,
-                                         outs, refs, nb, tms)
+                            self.measure(case, f"bias r{ru} m{mb} blocks{tb}", call, outs, refs, nb, tms)
                         del refs, g
                         torch.cuda.empty_cache()
 

@@ -54,21 +54,21 @@ Status flat_variant(const gd::ActivationDesc& d, const Context& ctx, int unroll,
   return Status(gradops::StatusCode::invalid_argument, "lab: no such flat variant");
 }
 
-// Bias kernel: rows per batch, plain or software pipelined (two register buffers of that many
-// rows), the register bound in resident 256-thread blocks (0: none, the previous 16-bit default),
-// target blocks (the row groups follow), the widest column stretch a block row may take.
+// Bias kernel: rows per batch, the register bound in resident 256-thread blocks (0: none, the
+// previous 16-bit default), target blocks (the row groups follow), the widest column stretch a
+// block row may take. (Software pipelined batches: lab/cuda/patches/bias_pipelined.patch.)
 template <gc::Fn F, class T>
-Status bias_variant(const gd::ActivationDesc& d, const Context& ctx, int rows_unroll, bool pipe, int min_blocks,
+Status bias_variant(const gd::ActivationDesc& d, const Context& ctx, int rows_unroll, int min_blocks,
                     int64_t target_blocks, int max_tx) {
   constexpr int V = gc::kPackElems<T>;
   gc::DeviceInfo dev;
   if (Status s = gc::current_device("lab", &dev); !s) return s;
-#define LAB_BIAS(R, PIPE, MB)                               \
-  if (rows_unroll == R && pipe == PIPE && min_blocks == MB) \
-    return gc::run_bias<F, T, V, R, MB, PIPE>("lab", d, ctx, dev, target_blocks, max_tx);
-  LAB_BIAS(8, false, 0) LAB_BIAS(8, false, 2) LAB_BIAS(4, true, 2)
+#define LAB_BIAS(R, MB)                        \
+  if (rows_unroll == R && min_blocks == MB) \
+    return gc::run_bias<F, T, V, R, MB>("lab", d, ctx, dev, target_blocks, max_tx);
+  LAB_BIAS(8, 0) LAB_BIAS(8, 2) LAB_BIAS(4, 2)
   if constexpr (sizeof(T) == 2) {  // f32 spills under a bound of 3 or 4 blocks
-    LAB_BIAS(4, false, 3) LAB_BIAS(2, true, 3) LAB_BIAS(4, false, 4) LAB_BIAS(2, true, 4) LAB_BIAS(2, false, 4)
+    LAB_BIAS(4, 3) LAB_BIAS(4, 4) LAB_BIAS(2, 4)
   }
 #undef LAB_BIAS
   return Status(gradops::StatusCode::invalid_argument, "lab: no such bias variant");
@@ -102,10 +102,9 @@ int lab_flat(int fn, int dtype, const void* dy, const void* x, void* out, int64_
 }
 
 // fn: 0 BiasGeluGrad_dX, 1 BiasFastGeluGrad_dX, 2 ReluGrad of X + B (the kernel without its math);
-// db may be null; pipe: 1 for the pipelined loop.
+// db may be null.
 int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, void* out, void* db, int64_t rows,
-             int64_t cols, int rows_unroll, int pipe, int min_blocks, int64_t target_blocks, int max_tx,
-             void* stream) {
+             int64_t cols, int rows_unroll, int min_blocks, int64_t target_blocks, int max_tx, void* stream) {
   using namespace lab;
   Context ctx;
   ctx.cuda_stream = stream;
@@ -113,10 +112,10 @@ int lab_bias(int fn, int dtype, const void* dy, const void* x, const void* b, vo
     using T = decltype(tag);
     const OpId op = fn == 0 ? OpId::BiasGeluGrad_dX : fn == 1 ? OpId::BiasFastGeluGrad_dX : OpId::ReluGrad;
     const gd::ActivationDesc d{op, dtype_of(dtype), rows * cols, cols, dy, x, b, out, db, 0.0f};
-    if (fn == 0) return bias_variant<gc::Fn::gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
+    if (fn == 0) return bias_variant<gc::Fn::gelu_grad, T>(d, ctx, rows_unroll, min_blocks, target_blocks, max_tx);
     if (fn == 2)  // not an op: the bias kernel's loads, stores and dB with next to no math
-      return bias_variant<gc::Fn::relu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
-    return bias_variant<gc::Fn::fast_gelu_grad, T>(d, ctx, rows_unroll, pipe != 0, min_blocks, target_blocks, max_tx);
+      return bias_variant<gc::Fn::relu_grad, T>(d, ctx, rows_unroll, min_blocks, target_blocks, max_tx);
+    return bias_variant<gc::Fn::fast_gelu_grad, T>(d, ctx, rows_unroll, min_blocks, target_blocks, max_tx);
   }));
 }
 

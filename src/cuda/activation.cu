@@ -357,32 +357,31 @@ constexpr int kBiasThreads = 256;
 // The 2-D kernel runs for bias grads with dB or on unaligned rows, for f64 and for the forwards
 // (other bias grads take the flat kernel).
 // Tuning per op and dtype, measured on an H200 (132 SMs) at 16384x4096 and 8192x3072 against
-// 2/4/8 rows a batch, plain or software pipelined, and 2 to 4 resident blocks (lab/cuda/NOTES.md):
+// 2/4/8 rows a batch, plain or software pipelined (the loads of batch i + 1 issued before batch i
+// is computed, in two register buffers: lab/cuda/patches/bias_pipelined.patch), and 2 to 4
+// resident blocks (lab/cuda/NOTES.md):
 //   rows       rows of each input loaded per batch and thread;
-//   pipe       the loads of batch i + 1 issued before batch i is computed (two register buffers);
 //   min_blocks resident 256-thread blocks asked of the register allocator (128 registers at 2,
 //              64 at 4);
 //   target     blocks launched, at most (whole row groups of the column blocks): one wave of
 //              min_blocks blocks on each of 132 SMs. A constant, so that the row groups, and with
 //              them dB's summation order and bits, depend on the shape alone.
-// f32 GELU (its long form, ~50 instructions an element): pipelined, 0.91-0.93 of copy at
-// 16384x4096 (0.88 in the previous build; plain 8-row batches measured 0.91-0.93 as well once dB's
-// sums became optional, within the run-to-run spread). f32 FastGelu stays plain (0.96-0.97
-// against 0.93-0.94 pipelined). 16-bit: more warps with fewer rows each, 4 rows x 4 blocks (0.89,
-// dB 0.85; 8192x3072 0.79 against 0.75); the pipelined forms spilled under that register bound,
-// and 8 rows x 2 blocks measured the same or up to 4% slower. f64: 2 rows, as before.
+// f32: plain batches of 8 rows. GELU (its long form, ~50 instructions an element) with dB: 0.94 of
+// copy on an H100 at 16384x4096 and 4096x16384 against 0.89 pipelined in batches of 4 (8192x3072:
+// 0.86 against 0.83), 0.88-0.89 against 0.91 on an H200; FastGelu 0.96-0.97 against 0.93-0.94
+// pipelined. 16-bit: more warps with fewer rows each, 4 rows
+// x 4 blocks (0.89, dB 0.85; 8192x3072 0.79 against 0.75); the pipelined forms spilled under that
+// register bound, and 8 rows x 2 blocks measured the same or up to 4% slower. f64: 2 rows.
 struct BiasTuning {
   int rows;
-  bool pipe;
   int min_blocks;
   int64_t target;
 };
 template <Fn F, class T>
 constexpr BiasTuning bias_tuning() {
-  if constexpr (sizeof(T) == 8) return {2, false, 1, 256};
-  if constexpr (sizeof(T) == 2) return {4, false, 4, 4 * 132};
-  if constexpr (F == Fn::gelu_grad) return {4, true, 2, 2 * 132};
-  return {8, false, 2, 2 * 132};
+  if constexpr (sizeof(T) == 8) return {2, 1, 256};
+  if constexpr (sizeof(T) == 2) return {4, 4, 4 * 132};
+  return {8, 2, 2 * 132};
 }
 constexpr int64_t kMaxPartials = 1 << 22;  // dB partials per call, at most (16 MiB in f32)
 // Column units of a block row at most (a warp's width: wider stretches of a row measured no
@@ -406,7 +405,7 @@ struct BiasArgs {
 // column unit take rows ty, ty + TY, ... of the block's row group.
 // kDb: whether dB is wanted (a.partial set); without it no column sums are kept, one add an element
 // fewer.
-template <Fn F, class T, int VEC, int kR, int kMinB, bool kPipe, bool kDb>
+template <Fn F, class T, int VEC, int kR, int kMinB, bool kDb>
 __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
   using A = compute_t<T>;
   griddep_launch_dependents();  // dB's column sum may launch now; it waits for this grid's end
@@ -456,11 +455,8 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
         }
         *reinterpret_cast<P*>(out + off) = o;
       };
-      // Software pipelined: the loads of batch i + 1 go out before batch i is computed, so that
-      // each warp keeps kR rows of both inputs in flight through its own math (two register
-      // buffers, named apart so that their indices stay compile-time constants). Each element is
-      // still read and written by one thread, and the next batch's rows are other rows: dX may be
-      // dY. The rows of a thread are summed in the same order as without the pipeline.
+      // A batch: kR rows of both inputs loaded, then computed and stored. Each element is read and
+      // written by one thread: dX may be dY.
       auto load = [&](P(&g)[kR], P(&v)[kR], int64_t rr) {
 #pragma unroll
         for (int k = 0; k < kR; ++k) {
@@ -475,29 +471,10 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
       };
       const int64_t step = int64_t{kR} * TY;
       int64_t r = r0 + ty;
-      if constexpr (kPipe) {
-        if (r + (kR - 1) * TY < r1) {
-          P g0[kR] = {}, v0[kR], g1[kR] = {}, v1[kR];
-          load(g0, v0, r);
-          for (;;) {
-            bool more = r + step + (kR - 1) * TY < r1;
-            if (more) load(g1, v1, r + step);
-            compute(g0, v0, r);
-            r += step;
-            if (!more) break;
-            more = r + step + (kR - 1) * TY < r1;
-            if (more) load(g0, v0, r + step);
-            compute(g1, v1, r);
-            r += step;
-            if (!more) break;
-          }
-        }
-      } else {
-        for (; r + (kR - 1) * TY < r1; r += step) {
-          P g[kR] = {}, v[kR];
-          load(g, v, r);
-          compute(g, v, r);
-        }
+      for (; r + (kR - 1) * TY < r1; r += step) {
+        P g[kR] = {}, v[kR];
+        load(g, v, r);
+        compute(g, v, r);
       }
       for (; r < r1; r += TY) {
         const int64_t off = r * a.cols + col;
@@ -567,8 +544,7 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
-template <Fn F, class T, int VEC, int kR = bias_tuning<F, T>().rows, int kMinB = bias_tuning<F, T>().min_blocks,
-          bool kPipe = bias_tuning<F, T>().pipe>
+template <Fn F, class T, int VEC, int kR = bias_tuning<F, T>().rows, int kMinB = bias_tuning<F, T>().min_blocks>
 Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev,
                 int64_t target_blocks = bias_tuning<F, T>().target, int max_tx = kBiasMaxTx) {
   using A = compute_t<T>;
@@ -606,7 +582,7 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
   }
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(col_blocks, 0x7fffffff)), static_cast<unsigned>(groups));
   if (Status s = launch(op, "the bias kernel launch",
-                        d.db ? bias_kernel<F, T, VEC, kR, kMinB, kPipe, true> : bias_kernel<F, T, VEC, kR, kMinB, kPipe, false>,
+                        d.db ? bias_kernel<F, T, VEC, kR, kMinB, true> : bias_kernel<F, T, VEC, kR, kMinB, false>,
                         grid, dim3(tx, ty), stream_of(ctx), a);
       !s)
     return s;

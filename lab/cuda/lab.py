@@ -32,8 +32,10 @@ CODE = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 3}
 TOL = {torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}  # normwise, vs float64
 # Bias kernel variants: rows per batch, register bound in resident 256-thread blocks, target blocks
 # (the previous default first). 384 and 528 blocks are whole multiples of both lab shapes' column
-# blocks (16 and 12 in 16-bit) and fill 3 or 4 blocks on each of 132 SMs.
-BIAS_VARIANTS = [(8, 0, 256), (8, 2, 256), (4, 2, 256), (4, 3, 384), (4, 4, 528), (2, 4, 528)]
+# blocks (16 and 12 in 16-bit) and fill 3 or 4 blocks on each of 132 SMs; 1056 to 4224 are 2 to 8
+# waves of shorter-lived blocks (more row groups, so more dB partial rows).
+BIAS_VARIANTS = [(8, 0, 256), (8, 2, 256), (4, 2, 256), (4, 3, 384), (4, 4, 528), (2, 4, 528),
+                 (8, 2, 1056), (8, 2, 2112), (4, 4, 2112), (4, 4, 4224), (2, 4, 4224)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
 

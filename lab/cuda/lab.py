@@ -202,12 +202,6 @@ class Lab:
                     nb = 3 * dy.numel() * dy.element_size()
                     tfn = aten._log_softmax_backward_data if kind else aten._softmax_backward_data
                     tms = self.time_torch(case, lambda: tfn(dy, y, -1, dt), nb)
-                    for libname, lib in (("new", self.new), ("old", self.old)):
-                        if lib is None:
-                            continue
-                        impl = lib.implementation_name(op, [dy, y], [dx], {"axis": -1})
-                        call = lib.prepare(op, [dy, y], [dx], {"axis": -1}, stream=self.stream)
-                        self.measure(case, f"{libname} {impl}", call, [dx], [ref], nb, tms)
                     pack = 16 // dy.element_size()
                     variants = []
                     if cols % pack == 0 and cols // pack <= 256:
@@ -215,17 +209,15 @@ class Lab:
                     if 32 < cols // pack <= 512 * (4 if pack == 4 else 2):
                         variants += [("block regs m3", 1, 3, 2)]
                     if cols // pack > 32:
-                        variants += [("block regs t512", 1, 2, 2), ("block regs n4", 1, 4, 2), ("two_pass auto", 2, 0, 2)]
+                        variants += [("block regs t512", 1, 2, 2), ("block regs n2", 1, 12, 2),
+                                     ("two_pass auto", 2, 0, 2)]
                         variants += [(f"two_pass c{c}", 2, c, 2) for c in (1, 2, 4, 8)]
-                    for vname, path, cfg, ppl in variants:
-                        fn = (lambda p=path, c=cfg, q=ppl: self._softmax_call(kind, dt, dy, y, dx, rows, cols,
-                                                                              p, c, q))
-                        self.measure(case, vname, fn, [dx], [ref], nb, tms)
+                    self._softmax_cases(case, op, kind, dt, dy, y, dx, ref, nb, tms, rows, cols, variants)
                     del ref
                     torch.cuda.empty_cache()
 
     def softmax_fwd(self, dtypes, shapes):
-        """The forwards (Softmax_13, LogSoftmax_13): the library, its paths, held rows at 4 and 8 packs."""
+        """The forwards (Softmax_13, LogSoftmax_13): the library, held rows at 4 packs, two passes."""
         for shape in shapes:
             rows, cols = shape
             for name in dtypes:
@@ -241,23 +233,27 @@ class Lab:
                     nb = 2 * x.numel() * x.element_size()
                     tms = self.time_torch(case, lambda k=kind: (torch.log_softmax if k == 3 else torch.softmax)(x, -1),
                                           nb)
-                    for libname, lib in (("new", self.new), ("old", self.old)):
-                        if lib is None:
-                            continue
-                        impl = lib.implementation_name(op, [x], [y], {"axis": -1})
-                        call = lib.prepare(op, [x], [y], {"axis": -1}, stream=self.stream)
-                        self.measure(case, f"{libname} {impl}", call, [y], [ref], nb, tms)
-                    pack = 16 // x.element_size()
                     variants = []
-                    if cols // pack > 32:
-                        variants += [("block regs t512", 1, 2, 2), ("block regs n4", 1, 4, 2),
-                                     ("block regs n8", 1, 8, 2), ("two_pass auto", 2, 0, 2)]
-                    for vname, path, cfg, ppl in variants:
-                        fn = (lambda p=path, c=cfg, q=ppl, k=kind: self._softmax_call(k, dt, None, x, y, rows, cols,
-                                                                                      p, c, q))
-                        self.measure(case, vname, fn, [y], [ref], nb, tms)
+                    if cols // (16 // x.element_size()) > 32:
+                        variants += [("block regs t512", 1, 2, 2), ("block regs n4", 1, 14, 2),
+                                     ("two_pass auto", 2, 0, 2)]
+                    self._softmax_cases(case, op, kind, dt, None, x, y, ref, nb, tms, rows, cols, variants)
                     del ref
                     torch.cuda.empty_cache()
+
+    def _softmax_cases(self, case, op, kind, dt, dy, y, out, ref, nb, tms, rows, cols, variants):
+        """The libraries' own choice (new, old), then each lab variant (name, path, cfg, ppl); dy is
+        None for the forwards, whose input is y."""
+        ins = [y] if dy is None else [dy, y]
+        for libname, lib in (("new", self.new), ("old", self.old)):
+            if lib is None:
+                continue
+            impl = lib.implementation_name(op, ins, [out], {"axis": -1})
+            call = lib.prepare(op, ins, [out], {"axis": -1}, stream=self.stream)
+            self.measure(case, f"{libname} {impl}", call, [out], [ref], nb, tms)
+        for vname, path, cfg, ppl in variants:
+            fn = (lambda p=path, c=cfg, q=ppl: self._softmax_call(kind, dt, dy, y, out, rows, cols, p, c, q))
+            self.measure(case, vname, fn, [out], [ref], nb, tms)
 
     def _softmax_call(self, kind, dt, dy, y, dx, rows, cols, path, cfg, ppl):
         rc = self.lab.lab_softmax(kind, CODE[dt], dy.data_ptr() if dy is not None else None, y.data_ptr(),

@@ -40,8 +40,8 @@ Status visit_dtype(int code, G&& g) {
 //               lane count aims at.
 // path 1, block: cfg 2 the register kernel (4 packs; 16-bit forwards 2; up to 512 threads; the library's
 //                for one-block rows and f32), 3 the register kernel for one-block rows with registers
-//                bounded for 3 resident blocks of 512 threads, 4 and 8 the register kernel with that
-//                many packs a thread (8: forwards only), on clusters wherever a row needs them.
+//                bounded for 3 resident blocks of 512 threads, 12 and 14 the register kernel with 2
+//                and 4 packs a thread, on clusters wherever a row needs them.
 // path 2, two passes: cfg blocks a row (a cluster; 0: as the library picks them).
 template <gd::SoftmaxKind K, class T>
 Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl) {
@@ -58,9 +58,8 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
       return gc::run_warp<K, T, V, false>("lab", d, ctx, dev, tune);
     case 1:
       if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
-      if (cfg == 4) return gc::run_block<K, T, V, 4>("lab", d, ctx, dev);
-      if constexpr (!gc::is_grad(K))  // 8 packs of both inputs would not fit a gradient's registers
-        if (cfg == 8) return gc::run_block<K, T, V, 8>("lab", d, ctx, dev);
+      if (cfg == 12) return gc::run_block<K, T, V, 2>("lab", d, ctx, dev);
+      if (cfg == 14) return gc::run_block<K, T, V, 4>("lab", d, ctx, dev);
       if (cfg == 3) {  // one block a row, registers bounded for 3 resident blocks of 512 threads
         constexpr int N = gc::kBlockPacks<K, T>;
         const int64_t threads = ((d.axis_len / V + N - 1) / N + 31) / 32 * 32;

@@ -26,7 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <cstddef>
 
 #include "cuda/common.cuh"
 #include "cuda/softmax.cuh"
@@ -107,17 +107,12 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
 // 2 packs while 16-bit elements were extracted one a register, and went from 0.61-0.88 of copy to
 // 0.88-0.94 with 4 on an H100 (0.75-0.86 on an H200); the f32 and 16-bit forwards from 0.57-0.66
 // to 0.65-0.93 with 8 (lab/cuda/NOTES.md, sixth round).
-constexpr int block_packs(SoftmaxKind k, DType t) {
-  if (t == DType::f64) return 1;
+constexpr int block_packs(SoftmaxKind k, std::size_t elem_size) {
+  if (elem_size == 8) return 1;
   return is_grad(k) ? 4 : 8;
 }
-template <class T>
-inline constexpr DType dtype_v = sizeof(T) == 8 ? DType::f64
-                                 : sizeof(T) == 4 ? DType::f32
-                                 : std::is_same_v<T, __half> ? DType::f16
-                                                             : DType::bf16;
 template <SoftmaxKind K, class T>
-inline constexpr int kBlockPacks = block_packs(K, dtype_v<T>);
+inline constexpr int kBlockPacks = block_packs(K, sizeof(T));
 constexpr int kBlockMaxThreads = 512;
 constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
 
@@ -373,7 +368,7 @@ int64_t pack_elems(const SoftmaxDesc& d) { return static_cast<int64_t>(16 / elem
 int64_t warp_units(const SoftmaxDesc& d) { return rows_aligned(d) ? d.axis_len / pack_elems(d) : d.axis_len; }
 // Elements one block holds, and how many blocks may share a row.
 int64_t block_capacity(const SoftmaxDesc& d) {
-  const int n = block_packs(d.kind, d.dtype);
+  const int n = block_packs(d.kind, elem_size(d));
   return (congruent(d) ? pack_elems(d) : 1) * n * kBlockMaxThreads;
 }
 int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }

@@ -30,12 +30,11 @@ aten = torch.ops.aten
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 CODE = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 3}
 TOL = {torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}  # normwise, vs float64
-# Bias kernel variants: rows per batch, register bound in resident 256-thread blocks, target blocks
-# (the previous default first). 384 and 528 blocks are whole multiples of both lab shapes' column
-# blocks (16 and 12 in 16-bit) and fill 3 or 4 blocks on each of 132 SMs; 1056 to 4224 are 2 to 8
-# waves of shorter-lived blocks (more row groups, so more dB partial rows).
-BIAS_VARIANTS = [(8, 0, 256), (8, 2, 256), (4, 2, 256), (4, 3, 384), (4, 4, 528), (2, 4, 528),
-                 (8, 2, 1056), (8, 2, 2112), (4, 4, 2112), (4, 4, 4224), (2, 4, 4224)]
+# Bias kernel variants: rows per batch, register bound in resident 256-thread blocks, target blocks:
+# the 16-bit and f32 defaults (4 x 4 blocks a multiprocessor, 8 x 2; one wave on 132 SMs).
+BIAS_VARIANTS = [(4, 4, 528), (8, 2, 264)]
+# Flat kernel: packs per thread, threads per block.
+FLAT_VARIANTS = [(2, 128), (2, 256), (2, 512), (4, 128), (4, 256), (4, 512)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
 
@@ -284,18 +283,17 @@ class Lab:
                     if lib is not None:
                         call = lib.prepare(op, [dy, x], [dx], {}, stream=self.stream)
                         self.measure(case, f"{libname}", call, [dx], [ref], nb, tms)
-                for u in (2, 4):
-                    for threads in (128, 256, 512):
-                        def call(u=u, threads=threads):
-                            if self.lab.lab_flat(fn_id, CODE[dt], dy.data_ptr(), x.data_ptr(), dx.data_ptr(), n, u,
-                                                 threads, self.stream):
-                                raise RuntimeError("lab_flat failed")
-                        self.measure(case, f"flat u{u} t{threads}", call, [dx], [ref], nb, tms)
+                for u, threads in FLAT_VARIANTS:
+                    def call(u=u, threads=threads):
+                        if self.lab.lab_flat(fn_id, CODE[dt], dy.data_ptr(), x.data_ptr(), dx.data_ptr(), n, u,
+                                             threads, self.stream):
+                            raise RuntimeError("lab_flat failed")
+                    self.measure(case, f"flat u{u} t{threads}", call, [dx], [ref], nb, tms)
                 del ref
                 torch.cuda.empty_cache()
 
     def bias(self, dtypes):
-        for shape in ((16384, 4096), (8192, 3072)):
+        for shape in BIAS_SHAPES:
             rows, cols = shape
             ops = [(0, "BiasGeluGrad_dX", "none"), (1, "BiasFastGeluGrad_dX", "tanh"), (2, "BiasReluGrad (lab)", "relu")]
             for fn_id, op, approx in [o for o in ops if o[2] in self.bias_ops]:
@@ -372,12 +370,20 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16,f16")
     ap.add_argument("--shapes", default="", help="softmax shapes, e.g. 65536x128,8192x4096 (default: all)")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--bias-variants", default="",
+                    help="bias kernel variants rows,blocks,target separated by ';' (default: BIAS_VARIANTS)")
+    ap.add_argument("--bias-shapes", default="", help="bias shapes, e.g. 16384x4096 (default: all)")
     ap.add_argument("--bias-ops", default="none,tanh",
                     help="bias section: none (GELU), tanh (FastGelu), relu (ReluGrad of X + B: the kernel without its math)")
     args = ap.parse_args()
     torch.manual_seed(0)
     lab = Lab(args)
     lab.bias_ops = args.bias_ops.split(",")
+    global BIAS_VARIANTS, BIAS_SHAPES
+    if args.bias_variants:
+        BIAS_VARIANTS = [tuple(int(v) for v in t.split(",")) for t in args.bias_variants.split(";")]
+    if args.bias_shapes:
+        BIAS_SHAPES = [tuple(int(v) for v in s.split("x")) for s in args.bias_shapes.split(",")]
     lab.copy_gbs = copy_bandwidth(lab.timer)
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, copy {lab.copy_gbs:.0f} GB/s",
           flush=True)

@@ -34,7 +34,7 @@ TOL = {torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}  # normwi
 # the 16-bit and f32 defaults (4 x 4 blocks a multiprocessor, 8 x 2; one wave on 132 SMs).
 BIAS_VARIANTS = [(4, 4, 528), (8, 2, 264)]
 # Flat kernel: packs per thread, threads per block.
-FLAT_VARIANTS = [(2, 128), (2, 256), (2, 512), (4, 128), (4, 256), (4, 512)]
+FLAT_VARIANTS = [(1, 128), (1, 256), (2, 128), (2, 256), (2, 512), (4, 128), (4, 256), (4, 512)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
 
@@ -370,6 +370,8 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16,f16")
     ap.add_argument("--shapes", default="", help="softmax shapes, e.g. 65536x128,8192x4096 (default: all)")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--flat-variants", default="",
+                    help="flat kernel variants unroll,threads separated by ';' (default: FLAT_VARIANTS)")
     ap.add_argument("--bias-variants", default="",
                     help="bias kernel variants rows,blocks,target separated by ';' (default: BIAS_VARIANTS)")
     ap.add_argument("--bias-shapes", default="", help="bias shapes, e.g. 16384x4096 (default: all)")
@@ -379,7 +381,9 @@ def main():
     torch.manual_seed(0)
     lab = Lab(args)
     lab.bias_ops = args.bias_ops.split(",")
-    global BIAS_VARIANTS, BIAS_SHAPES
+    global BIAS_VARIANTS, BIAS_SHAPES, FLAT_VARIANTS
+    if args.flat_variants:
+        FLAT_VARIANTS = [tuple(int(v) for v in t.split(",")) for t in args.flat_variants.split(";")]
     if args.bias_variants:
         BIAS_VARIANTS = [tuple(int(v) for v in t.split(",")) for t in args.bias_variants.split(";")]
     if args.bias_shapes:

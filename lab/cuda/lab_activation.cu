@@ -41,15 +41,16 @@ constexpr OpId op_of() {
   return OpId::SigmoidGrad;
 }
 
-// Flat kernel: unroll in {2, 4} packs per thread, 128, 256 or 512 threads per block. 16-bit
-// kernels get the registers their unroll needs (64 at 2, 128 at 4: fewer spilled).
+// Flat kernel: unroll in {1, 2, 4} packs per thread, 128, 256 or 512 threads per block. 16-bit
+// kernels get the registers their unroll needs (64 at 1 and 2, 128 at 4: fewer spilled).
 template <gc::Fn F, class T>
 Status flat_variant(const gd::ActivationDesc& d, const Context& ctx, int unroll, int threads) {
   constexpr int V = gc::kPackElems<T>;
   constexpr bool kHalf = sizeof(T) == 2;
 #define LAB_FLAT(U, N) \
-  if (unroll == U && threads == N) return gc::run_flat<F, T, V, U, kHalf ? 8 / U : 0, 0, N>("lab", d, ctx);
-  LAB_FLAT(2, 128) LAB_FLAT(2, 256) LAB_FLAT(2, 512) LAB_FLAT(4, 128) LAB_FLAT(4, 256) LAB_FLAT(4, 512)
+  if (unroll == U && threads == N) return gc::run_flat<F, T, V, U, kHalf ? (U == 1 ? 4 : 8 / U) : 0, 0, N>("lab", d, ctx);
+  LAB_FLAT(1, 128) LAB_FLAT(1, 256) LAB_FLAT(2, 128) LAB_FLAT(2, 256) LAB_FLAT(2, 512) LAB_FLAT(4, 128)
+  LAB_FLAT(4, 256) LAB_FLAT(4, 512)
 #undef LAB_FLAT
   return Status(gradops::StatusCode::invalid_argument, "lab: no such flat variant");
 }

@@ -586,14 +586,49 @@ TEST_F(Cuda, BiasGeluGradOver2Pow31Elements) {
   p.sig = {{t, t, t}};
   p.shape = {rows, cols};
   const Tolerance tol = tolerance(p, 0);
-  for (int64_t r : {int64_t{0}, rows / 3, rows - 3, rows - 2, rows - 1}) {
-    const std::vector<double> got = download(dx.base, t, r * cols, cols);
-    for (int64_t j = 0; j < cols; ++j) {
-      const int64_t i = r * cols + j;
-      const double z = px[i % px.size()] + pb[j];
-      const double want = pdy[i % pdy.size()] * oracle::gelu_grad(z);
-      ASSERT_LE(std::fabs(got[j] - want), tol.abs + tol.rel * std::fabs(want)) << "dX[" << r << ", " << j << "]";
+  auto check_dx = [&](const char* with) {
+    for (int64_t r : {int64_t{0}, rows / 3, rows - 3, rows - 2, rows - 1}) {
+      const std::vector<double> got = download(dx.base, t, r * cols, cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t i = r * cols + j;
+        const double z = px[i % px.size()] + pb[j];
+        const double want = pdy[i % pdy.size()] * oracle::gelu_grad(z);
+        ASSERT_LE(std::fabs(got[j] - want), tol.abs + tol.rel * std::fabs(want))
+            << "dX[" << r << ", " << j << "] " << with;
+      }
     }
+  };
+  ASSERT_NO_FATAL_FAILURE(check_dx("without dB"));
+
+  // With dB (the kernel that sums columns as it goes): dX again, and dB against the sum of the
+  // dBs of the two halves, each under 2^31 elements (a column sum of a million rows has no cheap
+  // host reference; an indexing fault past 2^31 would show as a difference).
+  DeviceBuffer db(cols * 2), db_a(cols * 2), db_b(cols * 2);
+  ASSERT_TRUE(db.base && db_a.base && db_b.base);
+  ASSERT_EQ(cudaMemset(dx.base, 0xFF, n * 2), cudaSuccess);
+  auto call = [&](int64_t r0, int64_t r1, void* db_out) {
+    const int64_t part[] = {r1 - r0, cols};
+    const std::size_t off = static_cast<std::size_t>(r0 * cols * 2);
+    return bias_gelu_grad({TensorView(static_cast<char*>(dy.base) + off, t, part, Device::cuda()),
+                           TensorView(static_cast<char*>(x.base) + off, t, part, Device::cuda()),
+                           TensorView(b.base, t, bshape, Device::cuda()),
+                           TensorView(static_cast<char*>(dx.base) + off, t, part, Device::cuda()),
+                           TensorView(db_out, t, bshape, Device::cuda())});
+  };
+  ASSERT_TRUE(call(0, rows, db.base).is_ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(check_dx("with dB"));
+  ASSERT_TRUE(call(0, rows / 2, db_a.base).is_ok());
+  ASSERT_TRUE(call(rows / 2, rows, db_b.base).is_ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> whole = download(db.base, t, 0, cols), a = download(db_a.base, t, 0, cols),
+                            bh = download(db_b.base, t, 0, cols);
+  for (int64_t j = 0; j < cols; ++j) {
+    // Each of the three is rounded once to f16 (2^-11 relative) from f32 sums of half a million
+    // terms or more.
+    const double want = a[j] + bh[j], scale = std::fabs(a[j]) + std::fabs(bh[j]);
+    ASSERT_TRUE(std::isfinite(whole[j])) << "dB[" << j << "]";
+    ASSERT_LE(std::fabs(whole[j] - want), 4e-3 * scale + 1e-3) << "dB[" << j << "]";
   }
 }
 

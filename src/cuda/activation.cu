@@ -10,7 +10,12 @@
 // its bias pack (p mod packs per row; 16384x4096 bf16 0.92 of copy against 0.89 in the 2-D
 // kernel below, whose pieces of many rows cap it at 0.92 even without math).
 //
-// With a bias (BiasGeluGrad_dX, BiasFastGeluGrad_dX, BiasGelu, FastGelu with bias): a 2-D kernel
+// 16-bit bias grads with dB on such rows: the row kernel, in which each block takes a tile of a
+// row's columns (a pack a thread) down an interleaved group of rows (g, g + G, ...), so that the
+// blocks in flight read neighbouring rows; each thread sums its own columns, with no block
+// reduction (16384x4096 0.90 of copy on an H100 against 0.87-0.88 in the 2-D kernel).
+//
+// With a bias otherwise (BiasGeluGrad_dX, BiasFastGeluGrad_dX, BiasGelu, FastGelu with bias): a 2-D kernel
 // in which each thread owns one column unit (a pack of columns, or a single column at the ragged
 // ends of a row) for a range of rows, so that it reads its bias once and sums its dX columns in
 // registers. dB: each block writes one row of compute-type partial sums per column, and a small
@@ -354,8 +359,9 @@ Status run_flat(std::string_view op, const ActivationDesc& d, const Context& ctx
 // ---- with a bias: rows x cols -----------------------------------------------------------------
 
 constexpr int kBiasThreads = 256;
-// The 2-D kernel runs for bias grads with dB or on unaligned rows, for f64 and for the forwards
-// (other bias grads take the flat kernel).
+// The 2-D kernel runs for f32 bias grads with dB, for bias grads on rows not of whole 16-byte
+// packs, for f64 and for the forwards (other bias grads take the flat kernel or, 16-bit with dB,
+// the row kernel).
 // Tuning per op and dtype, measured on an H200 (132 SMs) at 16384x4096 and 8192x3072 against
 // 2/4/8 rows a batch, plain or software pipelined (the loads of batch i + 1 issued before batch i
 // is computed, in two register buffers: lab/cuda/patches/bias_pipelined.patch), and 2 to 4
@@ -369,9 +375,10 @@ constexpr int kBiasThreads = 256;
 // f32: plain batches of 8 rows. GELU (its long form, ~50 instructions an element) with dB: 0.94 of
 // copy on an H100 at 16384x4096 and 4096x16384 against 0.89 pipelined in batches of 4 (8192x3072:
 // 0.86 against 0.83), 0.88-0.89 against 0.91 on an H200; FastGelu 0.96-0.97 against 0.93-0.94
-// pipelined. 16-bit: more warps with fewer rows each, 4 rows
-// x 4 blocks (0.89, dB 0.85; 8192x3072 0.79 against 0.75); the pipelined forms spilled under that
-// register bound, and 8 rows x 2 blocks measured the same or up to 4% slower. f64: 2 rows.
+// pipelined. 16-bit (measured when the 2-D kernel also took the aligned rows): more warps with
+// fewer rows each, 4 rows x 4 blocks (0.89, dB 0.85; 8192x3072 0.79 against 0.75); the pipelined
+// forms spilled under that register bound, and 8 rows x 2 blocks measured the same or up to 4%
+// slower. f64: 2 rows.
 struct BiasTuning {
   int rows;
   int min_blocks;
@@ -595,6 +602,89 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
                 d.cols);
 }
 
+// ---- 16-bit bias grads with dB, on rows of whole packs: the row kernel ----------------------------
+
+// Block (x, y) takes column tile x (a pack a thread) of rows y, y + gridDim.y, ...: the blocks in
+// flight read neighbouring rows, and each thread keeps its own columns' dX sums in registers (no
+// block reduction). Each block writes them as partial row y; column_sum_kernel adds the partial
+// rows in order. Against the 2-D kernel, 16-bit with dB (lab/cuda/NOTES.md, seventh round): H100
+// 0.90 of copy against 0.87-0.88 at 16384x4096 and 4096x16384, 0.78-0.79 against 0.75-0.76 at
+// 8192x3072; H200 0.85-0.87 against 0.84-0.86 on the large shapes, 0.69-0.70 against 0.70-0.72 at
+// 8192x3072. f32 stays on the 2-D kernel (0.94 there against 0.90-0.93).
+struct BiasRowArgs {
+  const void* dy;
+  const void* x;
+  const void* b;
+  void* out;
+  void* partial;  // [gridDim.y][cols] compute-type column sums of dX
+  int64_t rows, cols;
+  int64_t packs;  // per row (cols / VEC)
+  float alpha;
+};
+
+constexpr int64_t kRowKernelBlocks = 4 * 132;  // one wave of 4 resident blocks on 132 SMs (a constant)
+
+template <Fn F, class T, int VEC>
+__global__ void __launch_bounds__(kBiasThreads, 4) bias_row_kernel(BiasRowArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  griddep_launch_dependents();  // the column sum may launch now; it waits for this grid's end
+  const P* dy = static_cast<const P*>(a.dy);
+  const P* x = static_cast<const P*>(a.x);
+  P* out = static_cast<P*>(a.out);
+  const A alpha = static_cast<A>(a.alpha);
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= a.packs) return;
+  A acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] = A(0);
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const int64_t i = r * a.packs + p;
+    // The bias pack is read again each row (from L1): held converted across the loop, its f16
+    // values took 8 registers, and under the 64-register bound the compiler then issued X's load
+    // only after dY's had returned (FastGelu f16 0.86 of copy against 0.90 for bf16).
+    const P g = dy[i], v = x[i], b = static_cast<const P*>(a.b)[p];  // all read before dX is written
+    P o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const A y = apply<F, T>(unpack(g, j), unpack(v, j) + unpack(b, j), alpha);
+      o.v[j] = from_compute<T>(y);
+      acc[j] += y;
+    }
+    out[i] = o;
+  }
+  A* part = static_cast<A*>(a.partial) + static_cast<int64_t>(blockIdx.y) * a.cols + p * VEC;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) part[j] = acc[j];
+}
+
+// Rows of whole packs from a 16-byte boundary (the caller checks). The tiles share a row's packs
+// out evenly (at most 256 threads each); the row groups fill kRowKernelBlocks, so that they, and
+// dB's bits, depend on the shape alone.
+template <Fn F, class T, int VEC>
+Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  using A = compute_t<T>;
+  const int64_t rows = d.count / d.cols, packs = d.cols / VEC;
+  const int64_t tiles = ceil_div(packs, kBiasThreads);
+  const int threads = static_cast<int>(ceil_div(ceil_div(packs, tiles), 32) * 32);
+  const int64_t groups = std::clamp<int64_t>(
+      std::min({kRowKernelBlocks / tiles, kMaxPartials / d.cols, int64_t{65535}}), 1, rows);
+  detail::Workspace ws;
+  if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), sizeof(A) * static_cast<std::size_t>(groups * d.cols), op);
+      !s)
+    return s;
+  const BiasRowArgs a{d.dy, d.x, d.bias, d.out, ws.as<A>(), rows, d.cols, packs, d.alpha};
+  if (Status s = launch(op, "the bias row kernel launch", bias_row_kernel<F, T, VEC>,
+                        dim3(static_cast<unsigned>(std::min<int64_t>(tiles, 0x7fffffff)), static_cast<unsigned>(groups)),
+                        dim3(threads), stream_of(ctx), a);
+      !s)
+    return s;
+  const int64_t sum_blocks = std::min<int64_t>(ceil_div(d.cols, 32), 65535);
+  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(sum_blocks)),
+                          dim3(32 * kSumLanes), stream_of(ctx), static_cast<const A*>(a.partial), static_cast<T*>(d.db),
+                          groups, d.cols);
+}
+
 // ---- dispatch -----------------------------------------------------------------------------------
 
 template <class G>
@@ -632,6 +722,10 @@ bool flat_bias_fits(const ActivationDesc& d, int vec) {
   return !d.db && misalignment16(d.x) == 0 && d.cols % vec == 0 && d.count / vec < (int64_t{1} << 32);
 }
 
+// Bias grads with dB that the row kernel takes: every pointer on a 16-byte boundary and rows of
+// whole packs (so that the kernel has no ragged ends).
+bool row_kernel_fits(const ActivationDesc& d, int vec) { return misalignment16(d.x) == 0 && d.cols % vec == 0; }
+
 Status run(const ActivationDesc& d, const Context& ctx, bool vec) {
   const std::string_view op = op_schema(d.op).name;
   if (!element_aligned(d))
@@ -655,6 +749,8 @@ Status run(const ActivationDesc& d, const Context& ctx, bool vec) {
         if constexpr (takes_dy(F) && sizeof(T) != 8) {
           if (d.bias && vec && flat_bias_fits(d, V))
             return run_flat<F, T, V, kUnroll<T>, kMinBlocks<T>, kFlatHint<T>, kFlatThreadsOf<T>, true>(op, d, ctx);
+          if constexpr (sizeof(T) == 2)
+            if (d.bias && d.db && vec && row_kernel_fits(d, V)) return run_bias_row<F, T, V>(op, d, ctx, dev);
         }
         if (d.bias) return vec ? run_bias<F, T, V>(op, d, ctx, dev) : run_bias<F, T, 1>(op, d, ctx, dev);
       }

@@ -35,6 +35,7 @@ TOL = {torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}  # normwi
 BIAS_VARIANTS = [(4, 4, 528), (8, 2, 264)]
 # Flat kernel: packs per thread, threads per block.
 FLAT_VARIANTS = [(1, 128), (1, 256), (2, 128), (2, 256), (2, 512), (4, 128), (4, 256), (4, 512)]
+BIAS_SHAPES = [(16384, 4096), (4096, 16384), (8192, 3072)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
 

@@ -142,40 +142,37 @@ class Timer:
         self.repeats = repeats
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
+    def settle(self):
+        """What runs ahead of every timed call."""
+        self.flush.zero_()          # evict the inputs from L2
+        torch.cuda._sleep(200_000)  # keeps the GPU busy while the host queues the timed call
+
+    def _timed(self, fn):
+        self.settle()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return start, end
+
     def median_ms(self, fn):
         for _ in range(3):
             fn()
-        times = []
-        for _ in range(self.repeats):
-            self.flush.zero_()          # evict the inputs from L2
-            torch.cuda._sleep(200_000)  # keeps the GPU busy while the host queues the timed call
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            times.append((start, end))
+        times = [self._timed(fn) for _ in range(self.repeats)]
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in times)
 
-
     def paired_ms(self, fa, fb):
-        """Times fa and fb in alternation (fa first on even runs, fb first on odd ones), each run
-        flushed and spun as median_ms does, so that drift of the clocks or the memory over the case
-        falls on both sides. Returns the two medians and the 10th and 90th percentiles of the
-        per-run ratio tb / ta."""
+        """Times fa and fb in alternation (fa first on even runs, fb first on odd ones), so that
+        drift of the clocks or the memory over the case falls on both sides. Returns the two
+        medians and the 10th and 90th percentiles of the per-run ratio tb / ta."""
         for _ in range(3):
             fa()
             fb()
         ta, tb = [], []
         for i in range(self.repeats):
             for fn, out in ((fa, ta), (fb, tb)) if i % 2 == 0 else ((fb, tb), (fa, ta)):
-                self.flush.zero_()
-                torch.cuda._sleep(200_000)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                out.append((start, end))
+                out.append(self._timed(fn))
         torch.cuda.synchronize()
         ta = [s.elapsed_time(e) for s, e in ta]
         tb = [s.elapsed_time(e) for s, e in tb]

@@ -48,40 +48,18 @@ class ReadFlushTimer(Timer):
         self.other = torch.ones(64 << 20, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
 
-    def median_ms(self, fn):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(self.repeats):
-            self.flush.zero_()
-            torch.sum(self.other, 0, out=self.sink)
-            torch.cuda._sleep(200_000)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            times.append((s, e))
-        torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) for a, b in times)
+    def settle(self):
+        self.flush.zero_()
+        torch.sum(self.other, 0, out=self.sink)
+        torch.cuda._sleep(200_000)
 
 
 class LongSleepTimer(Timer):
     """As Timer, with a ten times longer spin ahead of the timed call (host launch cost hidden)."""
 
-    def median_ms(self, fn):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(self.repeats):
-            self.flush.zero_()
-            torch.cuda._sleep(2_000_000)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            times.append((s, e))
-        torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) for a, b in times)
+    def settle(self):
+        self.flush.zero_()
+        torch.cuda._sleep(2_000_000)
 
 
 def rel_err(out, ref):

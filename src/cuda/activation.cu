@@ -545,6 +545,17 @@ __global__ void __launch_bounds__(32 * kSumLanes) column_sum_kernel(const comput
   }
 }
 
+// dB from `groups` partial rows. Launched as the first kernel's last blocks start (programmatic
+// dependent launch), so that the gap between the two kernels (a few microseconds, several percent
+// of a 16384 x 4096 call) overlaps its tail.
+template <class T>
+Status launch_column_sum(std::string_view op, const Context& ctx, const compute_t<T>* partial, T* db, int64_t groups,
+                         int64_t cols) {
+  const int64_t blocks = std::min<int64_t>(ceil_div(cols, 32), 65535);
+  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+                          dim3(32 * kSumLanes), stream_of(ctx), partial, db, groups, cols);
+}
+
 int64_t pow2_ceil(int64_t v) {
   int64_t p = 1;
   while (p < v) p *= 2;
@@ -594,12 +605,7 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
       !s)
     return s;
   if (!d.db) return {};
-  // Launched as the bias kernel's last blocks start, so that the gap between the two kernels
-  // (a few microseconds, several percent of a 16384 x 4096 call) overlaps its tail.
-  const int64_t sum_blocks = std::min<int64_t>(ceil_div(d.cols, 32), 65535);
-  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(sum_blocks)),
-                dim3(32 * kSumLanes), stream_of(ctx), static_cast<const A*>(a.partial), static_cast<T*>(d.db), groups,
-                d.cols);
+  return launch_column_sum<T>(op, ctx, static_cast<const A*>(a.partial), static_cast<T*>(d.db), groups, d.cols);
 }
 
 // ---- 16-bit bias grads with dB, on rows of whole packs: the row kernel ----------------------------
@@ -679,10 +685,7 @@ Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context&
                         dim3(threads), stream_of(ctx), a);
       !s)
     return s;
-  const int64_t sum_blocks = std::min<int64_t>(ceil_div(d.cols, 32), 65535);
-  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(sum_blocks)),
-                          dim3(32 * kSumLanes), stream_of(ctx), static_cast<const A*>(a.partial), static_cast<T*>(d.db),
-                          groups, d.cols);
+  return launch_column_sum<T>(op, ctx, static_cast<const A*>(a.partial), static_cast<T*>(d.db), groups, d.cols);
 }
 
 // ---- dispatch -----------------------------------------------------------------------------------

@@ -19,7 +19,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -29,6 +28,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "lab_timing.hpp"
 
 namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
@@ -126,35 +126,6 @@ void write(const float* x, const float* dy, float* out, int64_t n, int64_t width
   }
 }
 
-template <class F>
-double median_seconds(F&& f, int reps = 9) {
-  std::vector<double> s;
-  f();
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
-
-double memcpy_gbs() {
-  const int64_t bytes = int64_t{1} << 31;
-  char* src = static_cast<char*>(std::aligned_alloc(64, bytes));
-  char* dst = static_cast<char*>(std::aligned_alloc(64, bytes));
-  std::memset(src, 1, bytes), std::memset(dst, 0, bytes);
-  const double s = median_seconds([&] {
-#pragma omp parallel
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      std::memcpy(dst + bytes * t / nt, src + bytes * t / nt, bytes * (t + 1) / nt - bytes * t / nt);
-    }
-  }, 5);
-  std::free(src), std::free(dst);
-  return 2.0 * bytes / s / 1e9;
-}
-
 int main(int argc, char** argv) {
   const int64_t width = argc > 3 ? std::atoll(argv[3]) : 1024;
   const int64_t n = (argc > 1 ? std::atoll(argv[1]) : int64_t{1} << 28) / width * width;
@@ -169,7 +140,7 @@ int main(int argc, char** argv) {
     const double t2 = double(dy[i]) * (double(x[i]) - 0.25);
     r1 += dy[i], r2 += t2, a1 += std::abs(dy[i]), a2 += std::abs(t2);
   }
-  const double before = memcpy_gbs();
+  const double before = memcpy_gbs(int64_t{1} << 31, 5);
   std::printf("memcpy %.1f GB/s (read + write), %lld f32 per stream, %d threads, width %lld\n", before, (long long)n,
               omp_get_max_threads(), (long long)width);
   const Variant variants[] = {{"regs", Kind::regs, -1}, {"regs+pf1", Kind::regs, 1}, {"regs+pf0", Kind::regs, 0},
@@ -181,7 +152,7 @@ int main(int argc, char** argv) {
       std::printf("%-10s FAILED: %.9g %.9g against %.9g %.9g\n", v.name, s1, s2, r1, r2);
       continue;
     }
-    const double s = median_seconds([&] { reduce(x, dy, n, width, v); });
+    const double s = median_seconds([&] { reduce(x, dy, n, width, v); }, 9);
     const double gbs = 2.0 * n * sizeof(float) / s / 1e9;
     std::printf("%-10s read 2 streams  %6.1f GB/s  %.2f of memcpy\n", v.name, gbs, gbs / before);
   }
@@ -202,9 +173,9 @@ int main(int argc, char** argv) {
       bad += out[i] != want;
     }
     if (bad) { std::printf("%-12s FAILED (%lld wrong)\n", v.name, (long long)bad); continue; }
-    const double s = median_seconds([&] { write(x, dy, out, n, width, coef.data(), v); });
+    const double s = median_seconds([&] { write(x, dy, out, n, width, coef.data(), v); }, 9);
     const double gbs = 3.0 * n * sizeof(float) / s / 1e9;
     std::printf("%-12s 2 reads + 1 write  %6.1f GB/s  %.2f of memcpy\n", v.name, gbs, gbs / before);
   }
-  std::printf("memcpy again %.1f GB/s\n", memcpy_gbs());
+  std::printf("memcpy again %.1f GB/s\n", memcpy_gbs(int64_t{1} << 31, 5));
 }

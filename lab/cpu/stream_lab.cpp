@@ -8,16 +8,14 @@
 //   /tmp/stream_lab [elements (default 2^26)] [threads (default 2)]
 #include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "lab_timing.hpp"
 
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -74,19 +72,6 @@ void relu_grad(const T* dy, const T* x, T* out, int64_t n, Variant v) {
   }
 }
 
-template <class F>
-double median_seconds(F&& f, int reps = 15) {
-  std::vector<double> s;
-  f();
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
-
 template <class T>
 void* alloc(int64_t n) { return std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64); }
 
@@ -110,7 +95,7 @@ void run(const char* name, int64_t n, double copy_gbs) {
       else bad += out[i] != (widen(x[i]) > 0 ? dy[i] : bf16{0});
     }
     if (bad) { std::printf("%-5s stream=%d prefetch=%5d  FAILED (%lld wrong)\n", name, v.stream, v.prefetch_bytes, (long long)bad); continue; }
-    const double s = median_seconds([&] { relu_grad(dy, x, out, n, v); });
+    const double s = median_seconds([&] { relu_grad(dy, x, out, n, v); }, 15);
     const double gbs = 3.0 * n * sizeof(T) / s / 1e9;
     std::printf("%-5s stream=%d prefetch=%5d  %7.2f GB/s  %4.0f%% of memcpy\n", name, v.stream, v.prefetch_bytes, gbs, 100 * gbs / copy_gbs);
   }
@@ -120,18 +105,7 @@ void run(const char* name, int64_t n, double copy_gbs) {
 int main(int argc, char** argv) {
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : int64_t{1} << 26;
   omp_set_num_threads(argc > 2 ? std::atoi(argv[2]) : 2);
-  const int64_t bytes = int64_t{1} << 30;
-  char* src = static_cast<char*>(alloc<char>(bytes));
-  char* dst = static_cast<char*>(alloc<char>(bytes));
-  std::memset(src, 1, bytes), std::memset(dst, 0, bytes);
-  const double s = median_seconds([&] {
-#pragma omp parallel
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      std::memcpy(dst + bytes * t / nt, src + bytes * t / nt, bytes * (t + 1) / nt - bytes * t / nt);
-    }
-  }, 7);
-  const double copy_gbs = 2.0 * bytes / s / 1e9;
+  const double copy_gbs = memcpy_gbs(int64_t{1} << 30, 7);
   std::printf("memcpy %.1f GB/s (read + write), %lld elements, %d threads, %d f32 lanes\n", copy_gbs,
               (long long)n, omp_get_max_threads(), static_cast<int>(hn::Lanes(hn::ScalableTag<float>())));
   run<float>("f32", n, copy_gbs);

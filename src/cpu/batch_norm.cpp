@@ -250,6 +250,9 @@ class Kernel {
 
   A* slot_array(int64_t slot, int i) const { return slot_base_ + slot * slot_stride_ + i * kColsArray; }
   int64_t prefetch_ahead() const { return kPrefetchBytes / static_cast<int64_t>(sizeof(T)); }
+  // Columns form, a block of wn columns per row: prefetch along the row into the next when the
+  // block is the whole row (rows adjacent), else the next row's same columns.
+  int64_t columns_ahead(int64_t wn) const { return wn == p_.width ? prefetch_ahead() : p_.width; }
 
   // ---- one run: a reduction sweep over one run while writing another -------------------------
 
@@ -382,8 +385,7 @@ class Kernel {
     A* acc2 = slot_array(slot, 1);
     A* mu = slot_array(slot, 2);
     const int64_t r0 = q * kChain, r1 = std::min(p_.srows, r0 + kChain), stride = p_.width;
-    // Prefetch along a row into the next when rows are adjacent, else the next row's columns.
-    const int64_t ahead = wn == stride ? prefetch_ahead() : stride;
+    const int64_t ahead = columns_ahead(wn);
     const int64_t span = (wn + L - 1) / L * L;
     auto sweep = [&](auto tag) {
       constexpr int kSweep = decltype(tag)::value;
@@ -649,14 +651,13 @@ class Kernel {
     }
     // Column blocks outermost: each thread spreads a block's coefficients once.
     const int64_t bw = block_columns(), nb = chunk_count(p_.width, bw);
-    const int64_t ahead = bw >= p_.width ? prefetch_ahead() : p_.width;  // along the row, or the next row's block
     ForEachSlot(p_.srows, slot_count(p_.srows, kGrain / p_.width, ctx_), ctx_, [&](int64_t r0, int64_t r1, int64_t slot) {
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t w0 = b * bw, wn = std::min(bw, p_.width - w0);
         spread_coefficients(w0, wn, slot);
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t n = std::min(wn, p_.srow_width(r) - w0);
-          if (n > 0) columns_run<0, true>(0, 0, 0, slot_array(slot, 0), r * p_.width + w0, n, ahead);
+          if (n > 0) columns_run<0, true>(0, 0, 0, slot_array(slot, 0), r * p_.width + w0, n, columns_ahead(wn));
         }
       }
     });

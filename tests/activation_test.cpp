@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {

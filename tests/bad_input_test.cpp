@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "support/call_buffers.hpp"
+#include "harness/call_buffers.hpp"
 
 namespace gradops::testing {
 namespace {

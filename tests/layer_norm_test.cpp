@@ -10,7 +10,7 @@
 #include <memory>
 #include <new>
 
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "gradops/schema.hpp"
 #include "oracle/oracle.hpp"
-#include "support/call_buffers.hpp"
+#include "harness/call_buffers.hpp"
 
 namespace gradops::oracle {
 namespace {

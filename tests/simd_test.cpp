@@ -9,7 +9,7 @@
 #include <random>
 
 #include "cpu/simd.hpp"
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {

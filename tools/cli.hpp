@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gradops/schema.hpp"
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::cli {
 

@@ -19,7 +19,7 @@
 // down its accumulator, ceil(log2 k) replica levels, a fold of the channel's spatial < 1024 columns
 // (spatial/(4·lanes) + 2 + log2(lanes) <= 131 additions, far fewer on the x86 targets) and one
 // addition per tree level: at most 261 + log2(Mc) for Mc >= 256, against the min(Mc, 256) +
-// 4·log2(Mc) + 8 that the tolerance model in tests/support/tolerance.cpp allows (below 256 terms
+// 4·log2(Mc) + 8 that the tolerance model in check/harness/tolerance.cpp allows (below 256 terms
 // no order exceeds Mc - 1).
 // The forward's statistics are a mean and a sum of squared deviations from it inside each piece
 // (the piece is still in cache for the second sweep), merged across pieces with Chan's formula:

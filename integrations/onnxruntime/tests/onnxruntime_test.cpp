@@ -26,7 +26,7 @@
 #include "gradops/schema.hpp"
 #include "onnx_model.hpp"
 #include "oracle/oracle.hpp"
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::ort_test {
 namespace {

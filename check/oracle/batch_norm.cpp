@@ -1,7 +1,7 @@
 // Oracle for the batch_norm family: per-channel statistics and gradients in float64 (long double
 // sums), straight from SEMANTICS.md §11.7 and §17, in either layout (attribute channels_last).
 //
-// Test data (the tolerances in tests/support/tolerance.cpp rely on these ranges):
+// Test data (the tolerances in check/harness/tolerance.cpp rely on these ranges):
 //   X:     per channel an offset o in [-4, 4] and a spread s in [0.5, 2]; each value is
 //          o ± s·U(0.5, 1), with the signs split as evenly as possible (floor(Mc/2) negative) and
 //          shuffled. The two clusters lie at least s apart, so for Mc >= 2 the batch variance is at

@@ -1,7 +1,7 @@
 // Oracle for the LayerNorm family: the formulas of SEMANTICS.md §11.5, §11.6, §12-14 in float64,
 // with long double accumulators for every sum.
 //
-// Test data (the tolerance model in tests/support/tolerance.cpp relies on these bounds):
+// Test data (the tolerance model in check/harness/tolerance.cpp relies on these bounds):
 //   X row i   = o_i + s_i * z, o_i ~ U(-4, 4) (so the mean matters), s_i ~ U(0.5, 2), and z drawn from
 //               U(-1, 1) then shifted and scaled to mean 0 and (biased) std 1 when cols >= 2 (z = 0
 //               for cols = 1), so 1/std stays below about 2.2 after rounding X.

@@ -1,4 +1,4 @@
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 #include <cmath>
 #include <cstring>

@@ -7,7 +7,7 @@
 //
 // Data: forwards get x ~ U(-4, 4). Gradients get a realistic Y: the softmax (or log-softmax) of
 // x ~ U(-4, 4) computed here in double and rounded to Y's dtype, and dY ~ U(-1, 1).
-// tests/support/tolerance.cpp relies on these ranges.
+// check/harness/tolerance.cpp relies on these ranges.
 #include <algorithm>
 #include <cmath>
 #include <limits>

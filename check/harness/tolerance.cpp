@@ -8,7 +8,7 @@
 // terms to abs, scaled by the magnitude of the terms the test data produces.
 #include <cmath>
 
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {
@@ -129,7 +129,7 @@ Tolerance softmax(const Problem& p, int output) {
   }
 }
 
-// LayerNorm family. The data bounds come from the oracle (tests/oracle/layer_norm.cpp): |dY| <= 1
+// LayerNorm family. The data bounds come from the oracle (check/oracle/layer_norm.cpp): |dY| <= 1
 // with sd 1/sqrt(3), 0.5 <= |scale| <= 1.5, |bias| <= 1, and each row of X is o + s z with |o| <= 4,
 // 0.5 <= s <= 2 and z of mean 0 and rms 1 (|z| < 3). Hence, for cols n >= 2:
 //   G = 1.5 >= |g| = |dy scale|; sd = G / sqrt(3) bounds the sd of g and of g xhat (rms xhat ~ 1);
@@ -210,7 +210,7 @@ Tolerance layer_norm(const Problem& p, int output) {
 // behind more than k = min(Mc, 256) + 4·ceil(log2(Mc + 1)) + 8 roundings (sequential runs of at
 // most 256 terms, combined by balanced trees; the CPU kernel's runs are <= 191 terms); a sum of
 // terms t_i is then off by at most k·u_c·Σ|t_i|. The magnitudes are those of the oracle's test data
-// (tests/oracle/batch_norm.cpp): |dY| <= 2, |X| <= 6.1, |scale| <= 1.5, |B| <= 1, biased
+// (check/oracle/batch_norm.cpp): |dY| <= 2, |X| <= 6.1, |scale| <= 1.5, |B| <= 1, biased
 // variance <= 4.1, input_var <= 2, and for Mc >= 2 inv_std <= 4.6, |xhat| <= min(4.7,
 // sqrt(Mc - 1) + 0.02) (Samuelson's bound plus the rounding of the saved mean); for Mc = 1,
 // inv_std <= 1/sqrt(epsilon) and xhat is 0 up to the rounding of mean to T2 (< 2e-4).

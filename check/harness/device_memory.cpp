@@ -1,5 +1,5 @@
 // Builds without the CUDA backend have no device memory for the harness.
-#include "support/checker.hpp"
+#include "harness/checker.hpp"
 
 namespace gradops::check {
 const DeviceMemory* device_memory(DeviceType) { return nullptr; }

@@ -46,7 +46,7 @@ Tensors make_inputs(std::string_view op, std::span<const int64_t> shape, const A
 // Reference values of every output (optional ones too), in float64, from the given inputs.
 Tensors reference(std::string_view op, const Tensors& inputs, const Attrs& attrs);
 
-// Per family (tests/oracle/<family>.cpp); each returns false if it does not know the op.
+// Per family (check/oracle/<family>.cpp); each returns false if it does not know the op.
 bool make_activation_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs& attrs,
                             std::span<const DType> dt, Rng& rng, Tensors& out);
 bool activation_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out);

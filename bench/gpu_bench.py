@@ -14,7 +14,7 @@ read once, each output written once. Writes gpu_bench.json and, where matplotlib
 gpu_bench.png into --out, and prints a table: time, GB/s, share of copy bandwidth, share of a copy of
 the same byte count (what the method leaves at that size: launch, ramp and drain, and the write-back
 of the flush's dirty lines weigh more on small cases), ratio to PyTorch (> 1: gradops is faster)
-and the PERFORMANCE.md target each case is held to (on the share of the large copy).
+and the docs/performance.md target each case is held to (on the share of the large copy).
 """
 import argparse
 import json
@@ -107,7 +107,7 @@ def forward_case(op, shape, torch_fn, target, attrs=None):
 
 
 def cases():
-    # Targets (PERFORMANCE.md section 2): minimum share of copy bandwidth, minimum ratio to PyTorch.
+    # Targets (docs/performance.md): minimum share of copy bandwidth, minimum ratio to PyTorch.
     ew, bias, bias_db = (0.97, 1.0), (0.93, 1.7), (0.93, 2.0)
     sm, lsm = (0.85, 1.0), (0.85, 1.0)  # plus geomeans: 1.8 (softmax grad), 1.1 (log-softmax grad)
     out = [

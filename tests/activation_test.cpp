@@ -98,7 +98,7 @@ TEST(Activation, QuickGeluAttributes) {
   }
 }
 
-// SEMANTICS A3: f32 GeluGrad and BiasGeluGrad_dX keep a relative error <= 1e-5 across [-10, 10],
+// docs/semantics.md A3: f32 GeluGrad, BiasGeluGrad_dX keep a relative error <= 1e-5 on [-10, 10],
 // including the negative tail where the 1 + erf form loses every digit.
 TEST(Activation, GeluTailRelativeAccuracyF32) {
   const int n = 200001;

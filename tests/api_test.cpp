@@ -511,7 +511,7 @@ TEST(OpTable, ArgumentsAttributesSignaturesAliases) {
 }
 
 TEST(OpTable, InPlaceRulesAreExactlyTheDocumentedOnes) {
-  // SEMANTICS A6: dX may be dY for the elementwise grads; BatchNormInternal's running statistics may
+  // docs/semantics.md A6: dX may be dY (elementwise grads); BatchNormInternal's running stats may
   // be its input statistics (ORT's Alias(3,1), Alias(4,2)). Nothing else.
   for (const OpSchema& s : op_schemas()) {
     SCOPED_TRACE(std::string(s.name));

@@ -1,4 +1,4 @@
-// Bad input for every operator in the table (DESIGN.md §7, SEMANTICS.md A4 and A6): each argument
+// Bad input for every op in the table (docs/design.md §7, docs/semantics.md A4, A6): each argument
 // made wrong in each way the contract forbids must return the right status, with a message that
 // starts with the op's name and names the argument, and must leave every byte of every buffer
 // (inputs, outputs and the guard bytes around them) untouched. One test case per op and kind of
@@ -162,7 +162,7 @@ class BadInput : public ::testing::TestWithParam<std::string> {
     return std::nullopt;
   }
 
-  // Shapes the contract accepts besides the oracle's (SEMANTICS A4): LayerNorm statistics (type
+  // Shapes the contract accepts besides the oracle's (docs/semantics.md A4): LayerNorm stats (type
   // variable U) may carry trailing 1s, and a forward LayerNorm's Scale/B may be broadcast with
   // leading 1s. Those two mutations are skipped there.
   bool is_stats(Target t) const { return op_->type_vars.size() == 3 && op_->type_vars[1] == "U" && schema(t).type_var == 1; }
@@ -332,7 +332,7 @@ TEST_P(BadInput, Attributes) {
   }
 }
 
-// SEMANTICS A6: an output may share memory with an input only as the very same buffer of a
+// docs/semantics.md A6: an output may share memory with an input only as the very same buffer of a
 // documented in-place pair; every other overlap is rejected.
 TEST_P(BadInput, Overlap) {
   auto alias_rule = [&](int o, int i) {
@@ -461,7 +461,7 @@ Outcome run_with(const CallSpec& base, const std::string& attr, double value) {
   return {s, b.changed_bytes()};
 }
 
-// SEMANTICS A5: LeakyReluGrad's mask on Y is only a gradient for alpha >= 0.
+// docs/semantics.md A5: LeakyReluGrad's mask on Y is only a gradient for alpha >= 0.
 TEST_P(OpRule, LeakyReluGradAlpha) {
   expect_rejected("alpha -0.01", run_with(valid_, "alpha", -0.01), {"alpha"});
   expect_rejected("alpha -inf", run_with(valid_, "alpha", -std::numeric_limits<double>::infinity()), {"alpha"});

@@ -180,7 +180,7 @@ TEST_F(Cuda, QuickGeluAndLeakyReluAttributes) {
     }
 }
 
-// f32 GeluGrad keeps its relative accuracy down the negative tail (SEMANTICS A3), where 1 + erf
+// f32 GeluGrad keeps relative accuracy in the negative tail (docs/semantics.md A3), where 1 + erf
 // would lose every digit; FastGeluGrad and QuickGeluGrad vanish there without NaN.
 TEST_F(Cuda, GeluFamilyTails) {
   const int n = 100001;

@@ -1,4 +1,4 @@
-// The oracle checked against itself (DESIGN.md §7, kind 2): for every gradient op, its float64
+// The oracle checked against itself (docs/design.md §7, item 2): for every gradient op, its float64
 // reference must equal the derivative of L = sum(dY * forward(inputs)) with respect to each
 // differentiable input of the forward op, estimated by finite differences of the oracle's own
 // forward. Statistics (LayerNorm's mean and inverse std, BatchNorm's saved mean and inverse std)

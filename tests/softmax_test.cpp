@@ -204,7 +204,7 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
         << what << " at " << e << ": " << got[e] << " vs " << want[e];
 }
 
-// SEMANTICS A5: a _13 op on a non-last axis computes in place what ORT computes by swapping that
+// docs/semantics.md A5: a _13 op on a non-last axis does in place what ORT gets by swapping that
 // axis with the last, running the last-axis op and swapping back. Do that swap here, by hand.
 TEST(Softmax, NonLastAxisEqualsHandTransposition) {
   const std::vector<int64_t> shape = {3, 5, 4, 19};

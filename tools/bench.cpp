@@ -44,7 +44,7 @@ constexpr OptionSpec kSpecs[] = {
 // for the float64 reference the check needs (several times the working set).
 constexpr int64_t kCpuBudgetBytes = int64_t{256} << 20;
 
-// ---- the suite (PERFORMANCE.md section 2) -------------------------------------------------------
+// ---- the suite (the targets of docs/performance.md) ---------------------------------------------
 
 using Shapes = std::vector<std::vector<int64_t>>;
 

@@ -1,5 +1,5 @@
 // Oracle for the activation family: textbook formulas in float64 (long double where a formula
-// cancels), straight from SEMANTICS.md.
+// cancels), straight from docs/semantics.md.
 #include <algorithm>
 #include <cmath>
 

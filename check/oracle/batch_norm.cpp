@@ -1,5 +1,5 @@
 // Oracle for the batch_norm family: per-channel statistics and gradients in float64 (long double
-// sums), straight from SEMANTICS.md §11.7 and §17, in either layout (attribute channels_last).
+// sums), straight from docs/semantics.md B6, in either layout (attribute channels_last).
 //
 // Test data (the tolerances in check/harness/tolerance.cpp rely on these ranges):
 //   X:     per channel an offset o in [-4, 4] and a spread s in [0.5, 2]; each value is

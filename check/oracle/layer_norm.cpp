@@ -1,4 +1,4 @@
-// Oracle for the LayerNorm family: the formulas of SEMANTICS.md §11.5, §11.6, §12-14 in float64,
+// Oracle for the LayerNorm family: the formulas of docs/semantics.md B5 in float64,
 // with long double accumulators for every sum.
 //
 // Test data (the tolerance model in check/harness/tolerance.cpp relies on these bounds):

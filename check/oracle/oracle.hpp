@@ -1,4 +1,4 @@
-// The float64 oracle: plain reference implementations written from the math in SEMANTICS.md,
+// The float64 oracle: plain reference implementations written from the math in docs/semantics.md,
 // sharing no code with src/. Ops are named by their ORT names. Every input it makes is exactly
 // representable in the dtype asked for, so that the library and the oracle see the same values.
 #pragma once

@@ -1,4 +1,4 @@
-// Oracle for the softmax family, straight from SEMANTICS.md §16, in long double.
+// Oracle for the softmax family, straight from docs/semantics.md B4, in long double.
 //
 // Groups: with the axis normalized to a in [0, rank), the opset 1-12 names (SoftmaxGrad,
 // LogSoftmaxGrad, Softmax, LogSoftmax) coerce the tensor to 2-D at a, so a group is a whole row

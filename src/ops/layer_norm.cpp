@@ -1,6 +1,6 @@
 // LayerNorm family, op layer: shape rules and the implementation list.
 //
-// ORT's kernels only count elements; we check shapes (SEMANTICS.md A4), accepting both forms that
+// ORT's kernels only count elements; we check shapes (docs/semantics.md A4), taking both forms that
 // ORT's own graphs and tests feed: statistics as [d0..d(axis-1)] or with trailing 1s up to the rank
 // of X, and scale-like tensors as 1-D [cols] or as the normalized dims d(axis)..d(r-1) (the
 // forwards' Scale and B also with leading 1s). Nothing is broadcast: each holds exactly the values

@@ -1,5 +1,5 @@
 // The op table. Names, input/output order, attributes and defaults are ONNX Runtime's
-// (SEMANTICS.md Part B); signatures are ORT's plus the extensions of Part A.
+// (docs/semantics.md Part B); signatures are ORT's plus the extensions of Part A.
 #include <algorithm>
 
 #include "gradops/schema.hpp"

@@ -687,7 +687,7 @@ TEST(OrtLibrary, RefusesARuntimeOlderThanItNeeds) {
   dlclose(handle);
 }
 
-// ---- edge cases ORT 1.19.2 gets wrong (SEMANTICS.md A5) --------------------------------------------
+// ---- edge cases ORT 1.19.2 gets wrong (docs/semantics.md A5) ---------------------------------------
 
 // An empty last dimension: onnxruntime-training divides by it in BiasGeluGrad_dX; here it is an
 // empty result, and dB is an empty sum.
@@ -727,7 +727,7 @@ TEST(OrtEdgeCases, LayerNormGradWithNormalizedSizeOne) {
 // ---- a transformer MLP block's backward graph -------------------------------------------------------
 
 // Forward: h = LayerNormalization(x; gamma, beta) -> z = h W1 -> a = BiasGelu(z, b1) -> o = a W2
-// -> p = Softmax_13(o). Its backward, wired as ORT's gradient builder wires it (SEMANTICS.md §15):
+// -> p = Softmax_13(o). Its backward, wired as ORT's gradient builder does (docs/semantics.md B7):
 //   dO = SoftmaxGrad_13(dP, p); dA = dO W2^T; dZ = BiasGeluGrad_dX(dA, z, b1);
 //   db1 = ReduceSum(dZ, axes 0, keepdims 0); dH = dZ W1^T;
 //   dX, dgamma, dbeta = LayerNormalizationGrad(dH, x, gamma, mean, inv_std_dev)

@@ -36,6 +36,7 @@
 
 #include "core/workspace.hpp"
 #include "cuda/activation_rows.cuh"
+#include "cuda/column_sum.cuh"
 #include "cuda/common.cuh"
 #include "ops/activation.hpp"
 
@@ -523,42 +524,12 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
   }
 }
 
-// db[c] = sum over groups g of partial[g][c] in a fixed order: lane ty of a 32 x 32 block adds
-// groups ty, ty + 32, ...; the 32 lane sums are then added in lane order.
-constexpr int kSumLanes = 32;
-
-template <class T>
-__global__ void __launch_bounds__(32 * kSumLanes) column_sum_kernel(const compute_t<T>* partial, T* db,
-                                                                   int64_t groups, int64_t cols) {
-  using A = compute_t<T>;
-  __shared__ A lanes[kSumLanes][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  griddep_wait();  // launched while the bias kernel drains: its partials are complete only now
-  for (int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32; c0 < cols; c0 += static_cast<int64_t>(gridDim.x) * 32) {
-    const int64_t c = c0 + tx;
-    A s = A(0);
-    if (c < cols)
-      for (int64_t g = ty; g < groups; g += kSumLanes) s += partial[g * cols + c];
-    lanes[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      A t = lanes[0][tx];
-      for (int k = 1; k < kSumLanes; ++k) t += lanes[k][tx];
-      db[c] = from_compute<T>(t);
-    }
-    __syncthreads();
-  }
-}
-
-// dB from `groups` partial rows. Launched as the first kernel's last blocks start (programmatic
-// dependent launch), so that the gap between the two kernels (a few microseconds, several percent
-// of a 16384 x 4096 call) overlaps its tail.
+// dB from `groups` partial rows (cuda/column_sum.cuh), launched as the first kernel's last blocks
+// start.
 template <class T>
 Status launch_column_sum(std::string_view op, const Context& ctx, const compute_t<T>* partial, T* db, int64_t groups,
                          int64_t cols) {
-  const int64_t blocks = std::min<int64_t>(ceil_div(cols, 32), 65535);
-  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                          dim3(32 * kSumLanes), stream_of(ctx), partial, db, groups, cols);
+  return cuda::launch_column_sum<T>(op, stream_of(ctx), partial, db, groups, cols, "the dB column-sum launch");
 }
 
 int64_t pow2_ceil(int64_t v) {

@@ -1,4 +1,4 @@
-// Softmax family, CUDA: the device-side pieces every row kernel of cuda/softmax.cu shares: the
+// Softmax family, CUDA: the device-side pieces every row kernel of cuda/softmax_kernels.cuh shares: the
 // softmax reductions (max, running max-and-sum; the sum and the warp, block and cluster
 // all-reduces are cuda/reduce.cuh's), the per-element output of each kind, and a row's packs held
 // in registers.

@@ -7,7 +7,7 @@
 #   scripts/gpu_bench.sh --tests-only    # build and test
 #   scripts/gpu_bench.sh --bench-only    # build and benchmark
 #   scripts/gpu_bench.sh -- --quick      # arguments after -- go to bench/gpu_bench.py
-#   scripts/gpu_bench.sh --prebuilt DIR  # no build: DIR holds libgradops.so and cuda_test, built for
+#   scripts/gpu_bench.sh --prebuilt DIR  # no build: DIR holds libgradops.so and the CUDA tests' executables, built for
 #                                        # this GPU from the same sources (e.g. on another machine)
 #
 # Environment: CUDA_ARCH (default: the GPU's, from nvidia-smi; else "native"), BUILD_DIR, OUT_DIR,
@@ -37,9 +37,11 @@ mkdir -p "$out"
 
 command -v nvidia-smi >/dev/null || { echo "gpu_bench.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
-lib="$build/libgradops.so" test_bin="$build/tests/cuda_test"
+# The executables that hold CUDA tests: the families' (CPU and CUDA), the stream contract, the rows.
+cuda_tests=(activation_test softmax_test cuda_stream_test cuda_rows_test)
+lib="$build/libgradops.so" test_dir="$build/tests"
 if [ -n "$prebuilt" ]; then
-  lib="$prebuilt/libgradops.so" test_bin="$prebuilt/cuda_test"
+  lib="$prebuilt/libgradops.so" test_dir="$prebuilt"
   [ -f "$lib" ] || { echo "gpu_bench.sh: $lib not found" >&2; exit 1; }
   echo "gpu_bench.sh: prebuilt library $lib"
 fi
@@ -96,7 +98,7 @@ cmake -S . -B "$build" "${cmake_args[@]}" >"$out/configure.log" 2>&1 || {
   exit 1
 }
 targets=(gradops_shared)
-((run_tests)) && targets+=(cuda_test)
+((run_tests)) && targets+=("${cuda_tests[@]}")
 if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -n 40 >&2
   echo "gpu_bench.sh: build failed (see $out/build.log)" >&2
@@ -108,10 +110,14 @@ fi
 status=0
 if ((run_tests)); then
   echo "gpu_bench.sh: CUDA tests"
-  if ! "$test_bin" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
-      tee "$out/cuda_test.log"; then
-    status=1
-  fi
+  : >"$out/cuda_test.log"
+  for t in "${cuda_tests[@]}"; do
+    echo "== $t" | tee -a "$out/cuda_test.log"
+    if ! "$test_dir/$t" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
+        tee -a "$out/cuda_test.log"; then
+      status=1
+    fi
+  done
   if grep -q "no CUDA device is visible" "$out/cuda_test.log"; then
     echo "gpu_bench.sh: the tests saw no GPU" >&2
     status=1

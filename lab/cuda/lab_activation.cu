@@ -2,7 +2,7 @@
 // here) with other unroll factors, cache hints and grids; see lab_softmax.cu.
 #include <cstdio>
 
-#include "cuda/activation.cu"
+#include "cuda/activation_kernels.cuh"
 
 namespace lab {
 

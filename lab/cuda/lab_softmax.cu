@@ -5,7 +5,7 @@
 // the same sources (for status_of, current_device, the workspace and the op table).
 #include <cstdio>
 
-#include "cuda/softmax.cu"
+#include "cuda/softmax_kernels.cuh"
 
 namespace lab {
 
@@ -43,6 +43,13 @@ Status visit_dtype(int code, G&& g) {
 //                bounded for 3 resident blocks of 512 threads, 12 and 14 the register kernel with 2
 //                and 4 packs a thread, on clusters wherever a row needs them.
 // path 2, two passes: cfg blocks a row (a cluster; 0: as the library picks them).
+// The register kernel at N packs a thread: one block a row, or a cluster where the row needs one.
+template <gd::SoftmaxKind K, class T, int V, int N>
+Status block_or_cluster(const gd::SoftmaxDesc& d, const Context& ctx, const gc::DeviceInfo& dev) {
+  if (gc::row_blocks(d, N) == 1) return gc::run_block<K, T, V, N>("lab", d, ctx);
+  return gc::run_cluster<K, T, V, N>("lab", d, ctx, dev);
+}
+
 template <gd::SoftmaxKind K, class T>
 Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, int cfg, int ppl) {
   gc::DeviceInfo dev;
@@ -57,9 +64,9 @@ Status softmax_variant(const gd::SoftmaxDesc& d, const Context& ctx, int path, i
       if (cfg == 0) return gc::run_warp<K, T, V, true>("lab", d, ctx, dev, tune);
       return gc::run_warp<K, T, V, false>("lab", d, ctx, dev, tune);
     case 1:
-      if (cfg == 2) return gc::run_block<K, T, V>("lab", d, ctx, dev);
-      if (cfg == 12) return gc::run_block<K, T, V, 2>("lab", d, ctx, dev);
-      if (cfg == 14) return gc::run_block<K, T, V, 4>("lab", d, ctx, dev);
+      if (cfg == 2) return block_or_cluster<K, T, V, gc::kBlockPacks<K, T>>(d, ctx, dev);
+      if (cfg == 12) return block_or_cluster<K, T, V, 2>(d, ctx, dev);
+      if (cfg == 14) return block_or_cluster<K, T, V, 4>(d, ctx, dev);
       if (cfg == 3) {  // one block a row, registers bounded for 3 resident blocks of 512 threads
         constexpr int N = gc::kBlockPacks<K, T>;
         const int64_t threads = ((d.axis_len / V + N - 1) / N + 31) / 32 * 32;

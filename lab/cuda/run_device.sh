@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One lab session on a GPU machine, from prebuilt binaries carried in .gpubin/ (new/: libgradops.so,
-# cuda_test, liblab.so; old/: the previous libgradops.so, optional; lib/: runtime fallbacks) and .deps/:
+# the CUDA tests' executables (activation_test, softmax_test, cuda_stream_test, cuda_rows_test), liblab.so; old/: the previous libgradops.so, optional; lib/: runtime fallbacks) and .deps/:
 # the CUDA tests, the lab's sweep, bench/gpu_bench.py on the new library, SASS statistics. Results go to $OUT (default out/lab).
 #   lab/cuda/run_device.sh [tests] [lab] [bench] [sass] [ncu] [-- lab.py arguments]
 # ncu: hardware counters of the first NCU_COUNT (1) launches of the kernels matching NCU_KERNELS
@@ -22,9 +22,11 @@ status=0
 for s in "${steps[@]}"; do
   case "$s" in
     tests)
-      echo "== cuda_test"
-      timeout 300 .gpubin/new/cuda_test --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} >"$out/cuda_test.log" 2>&1
-      rc=$?; tail -n 25 "$out/cuda_test.log"; echo "cuda_test rc=$rc"; ((rc)) && status=1 ;;
+      for t in activation_test softmax_test cuda_stream_test cuda_rows_test; do
+        echo "== $t"
+        timeout 300 .gpubin/new/$t --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} >"$out/$t.log" 2>&1
+        rc=$?; tail -n 25 "$out/$t.log"; echo "$t rc=$rc"; ((rc)) && status=1
+      done ;;
     lab)
       echo "== lab"
       old=(); [ -f .gpubin/old/libgradops.so ] && old=(--old .gpubin/old/libgradops.so)

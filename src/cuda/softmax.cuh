@@ -1,6 +1,7 @@
-// Softmax family, CUDA: the device-side pieces every row kernel of cuda/softmax.cu shares: the
-// reductions (sum, max, running max-and-sum) and their warp, block and cluster all-reduces, the
-// per-element output of each kind, and a row's packs held in registers.
+// Softmax family, CUDA: the device-side pieces every row kernel of cuda/softmax_kernels.cuh shares: the
+// softmax reductions (max, running max-and-sum; the sum and the warp, block and cluster
+// all-reduces are cuda/reduce.cuh's), the per-element output of each kind, and a row's packs held
+// in registers.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/reduce.cuh"
 #include "ops/softmax.hpp"
 
 namespace gradops::cuda {
@@ -39,12 +41,6 @@ struct Stat {
 // Combines are commutative bit for bit (no fma contraction), so that every lane of a butterfly
 // ends with the same value.
 template <class A>
-struct SumOp {
-  using V = A;
-  static __device__ __forceinline__ V identity() { return A(0); }
-  static __device__ __forceinline__ V combine(V a, V b) { return add_rn(a, b); }
-};
-template <class A>
 struct MaxOp {
   using V = A;
   static __device__ __forceinline__ V identity() { return -INFINITY; }
@@ -62,19 +58,8 @@ struct MaxSumOp {
 };
 
 template <class A>
-__device__ __forceinline__ A shuffle_xor(A v, int mask) {
-  return __shfl_xor_sync(0xffffffffu, v, mask);
-}
-template <class A>
 __device__ __forceinline__ Stat<A> shuffle_xor(Stat<A> v, int mask) {
   return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};
-}
-
-// Every lane of each aligned group of `width` lanes gets the group's combined value.
-template <class R>
-__device__ __forceinline__ typename R::V group_allreduce(typename R::V v, int width) {
-  for (int mask = width / 2; mask > 0; mask /= 2) v = R::combine(v, shuffle_xor(v, mask));
-  return v;
 }
 
 // Streaming accumulation of one element (two-pass and strided kernels). Gradients: s = sum(y dy)
@@ -251,64 +236,6 @@ __device__ __forceinline__ int64_t row_head(const T* row, int64_t len) {
     const unsigned m = static_cast<unsigned>(reinterpret_cast<uintptr_t>(row) % 16);
     return min(len, static_cast<int64_t>((16 - m) % 16 / sizeof(T)));
   }
-}
-
-// ---- block-wide reduction (and across a cluster) ---------------------------------------------
-
-template <class V>
-struct ReduceSmem {
-  V warps[2][32];  // [parity][warp]: double-buffered so one barrier per level suffices
-  V block[2];      // [parity]: this block's total, read by the cluster's other blocks
-};
-
-// This thread's index among the C * blockDim.x threads of its cluster (C = 1: its block).
-template <int C>
-__device__ __forceinline__ int64_t cluster_thread() {
-  int rank = 0;
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#endif
-  return static_cast<int64_t>(rank) * blockDim.x + threadIdx.x;
-}
-
-// A block of a cluster exits only after its peers: they may still read its totals
-// (block_allreduce's distributed shared memory).
-template <int C>
-__device__ __forceinline__ void cluster_exit() {
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if constexpr (C > 1) cooperative_groups::this_cluster().sync();
-#endif
-}
-
-// The combined value of every thread of the block (and of the cluster's C blocks). Each warp
-// leaves its value in shared memory; after a barrier every warp combines them (lane w takes warp
-// w's, then a butterfly), so all threads compute the same bits; across a cluster, each block's
-// total goes through distributed shared memory the same way, one value per lane, after a cluster
-// barrier. Calls alternate `parity`: a buffer is written again only after the next barrier of its
-// level, which no thread passes before it has read this one.
-template <class R, int C>
-__device__ __forceinline__ typename R::V block_allreduce(typename R::V v, ReduceSmem<typename R::V>& sm,
-                                                         int parity) {
-  using V = typename R::V;
-  v = group_allreduce<R>(v, 32);
-  const int lane = static_cast<int>(threadIdx.x % 32), nwarps = static_cast<int>(blockDim.x / 32);
-  if (lane == 0) sm.warps[parity][threadIdx.x / 32] = v;
-  __syncthreads();
-  V t = lane < nwarps ? sm.warps[parity][lane] : R::identity();
-  t = group_allreduce<R>(t, 32);
-  if constexpr (C > 1) {
-#if defined(_CG_HAS_CLUSTER_GROUP)
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) sm.block[parity] = t;
-    cluster.sync();
-    t = lane < C ? *cluster.map_shared_rank(&sm.block[parity], lane) : R::identity();
-    t = group_allreduce<R>(t, 32);
-#else
-    __trap();  // the host launches clusters only for code built for compute capability 9.0+
-#endif
-  }
-  return t;
 }
 
 }  // namespace gradops::cuda

@@ -13,8 +13,13 @@ namespace {
 constexpr Impl<ActivationDesc> kImpls[] = {
     {"cpu:simd", DeviceType::cpu, nullptr, cpu_activation},
 #if GRADOPS_HAVE_CUDA
-    {"cuda:vec16", DeviceType::cuda, cuda_activation_vec16_declines, cuda_activation_vec16},
-    {"cuda:scalar", DeviceType::cuda, nullptr, cuda_activation_scalar},
+    // One row per kernel, in the order tried (src/cuda/activation_rows.cu says what each takes).
+    {"cuda:flat_bias_vec16", DeviceType::cuda, cuda_activation_flat_bias_vec16_declines, cuda_activation_flat_bias_vec16},
+    {"cuda:bias_row_vec16", DeviceType::cuda, cuda_activation_bias_row_vec16_declines, cuda_activation_bias_row_vec16},
+    {"cuda:bias_2d_vec16", DeviceType::cuda, cuda_activation_bias_2d_vec16_declines, cuda_activation_bias_2d_vec16},
+    {"cuda:flat_vec16", DeviceType::cuda, cuda_activation_flat_vec16_declines, cuda_activation_flat_vec16},
+    {"cuda:bias_2d_scalar", DeviceType::cuda, cuda_activation_bias_2d_scalar_declines, cuda_activation_bias_2d_scalar},
+    {"cuda:flat_scalar", DeviceType::cuda, cuda_activation_flat_scalar_declines, cuda_activation_flat_scalar},
 #endif
 };
 

@@ -23,10 +23,20 @@ struct ActivationDesc {
 
 Status cpu_activation(const ActivationDesc& d, const Context& ctx);
 
-// CUDA (src/cuda/activation.cu, built with the backend): 16-byte packs when every pointer sits at
-// the same offset from a 16-byte boundary, one element per access otherwise.
-const char* cuda_activation_vec16_declines(const ActivationDesc& d);
-Status cuda_activation_vec16(const ActivationDesc& d, const Context& ctx);
-Status cuda_activation_scalar(const ActivationDesc& d, const Context& ctx);
+// CUDA (src/cuda/activation_rows.cu, built with the backend): one row per kernel, each declining
+// what its kernel does not take (16-byte packs need every pointer at the same offset from a 16-byte
+// boundary; every kernel needs pointers aligned to their element size).
+const char* cuda_activation_flat_bias_vec16_declines(const ActivationDesc& d);
+Status cuda_activation_flat_bias_vec16(const ActivationDesc& d, const Context& ctx);
+const char* cuda_activation_bias_row_vec16_declines(const ActivationDesc& d);
+Status cuda_activation_bias_row_vec16(const ActivationDesc& d, const Context& ctx);
+const char* cuda_activation_bias_2d_vec16_declines(const ActivationDesc& d);
+Status cuda_activation_bias_2d_vec16(const ActivationDesc& d, const Context& ctx);
+const char* cuda_activation_flat_vec16_declines(const ActivationDesc& d);
+Status cuda_activation_flat_vec16(const ActivationDesc& d, const Context& ctx);
+const char* cuda_activation_bias_2d_scalar_declines(const ActivationDesc& d);
+Status cuda_activation_bias_2d_scalar(const ActivationDesc& d, const Context& ctx);
+const char* cuda_activation_flat_scalar_declines(const ActivationDesc& d);
+Status cuda_activation_flat_scalar(const ActivationDesc& d, const Context& ctx);
 
 }  // namespace gradops::detail

@@ -39,10 +39,14 @@ template <class Desc>
 Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device device, const Desc& desc,
                 const Context& ctx) {
   const bool verbose = verbose_dispatch();
+  const Impl<Desc>* last_declined = nullptr;
+  const char* last_why = nullptr;
   for (const Impl<Desc>& impl : impls) {
     if (impl.device != device.type) continue;
     if (const char* why = impl.declines ? impl.declines(desc) : nullptr) {
       if (verbose) log_dispatch(op, impl.name, why);
+      last_declined = &impl;
+      last_why = why;
       continue;
     }
     if (Resolution* r = resolution_slot()) {
@@ -58,6 +62,12 @@ Status dispatch(std::span<const Impl<Desc>> impls, std::string_view op, Device d
 #else
   constexpr bool have_cuda = false;
 #endif
+  // Every implementation of the device declined: the last one's reason (a pointer not aligned to
+  // its element size, say) is the one no implementation could get past.
+  if (last_declined)
+    return Status(StatusCode::unimplemented, std::string(op) + ": no implementation for these " +
+                                                 device_type_name(device.type) + " tensors (" + last_declined->name +
+                                                 " " + last_why + ")");
   return Status(StatusCode::unimplemented,
                 std::string(op) + ": no implementation for " + device_type_name(device.type) +
                     " tensors in this build" +

@@ -11,10 +11,12 @@ namespace {
 constexpr Impl<SoftmaxDesc> kImpls[] = {
     {"cpu:simd", DeviceType::cpu, nullptr, cpu_softmax},
 #if GRADOPS_HAVE_CUDA
+    // One row per kernel, in the order tried (src/cuda/softmax_rows.cu says what each takes).
     {"cuda:warp_per_row", DeviceType::cuda, cuda_softmax_warp_declines, cuda_softmax_warp},
     {"cuda:block_per_row", DeviceType::cuda, cuda_softmax_block_declines, cuda_softmax_block},
+    {"cuda:cluster_per_row", DeviceType::cuda, cuda_softmax_cluster_declines, cuda_softmax_cluster},
     {"cuda:two_pass", DeviceType::cuda, cuda_softmax_two_pass_declines, cuda_softmax_two_pass},
-    {"cuda:strided", DeviceType::cuda, nullptr, cuda_softmax_strided},
+    {"cuda:strided", DeviceType::cuda, cuda_softmax_strided_declines, cuda_softmax_strided},
 #endif
 };
 

@@ -64,15 +64,19 @@ struct SoftmaxDesc {
 
 Status cpu_softmax(const SoftmaxDesc& d, const Context& ctx);
 
-// CUDA (src/cuda/softmax.cu, built with the backend), by row length: a warp (or part of one) per
-// row, a block or a cluster of blocks per row holding it in registers, two passes over longer
-// rows; a non-last axis strided in place.
+// CUDA (src/cuda/softmax_rows.cu, built with the backend), one row per kernel, by row length: a
+// warp (or part of one) per row, a block per row, a cluster of blocks per row, the row held in
+// registers; two passes over longer rows; a non-last axis strided in place. Each declines what
+// its kernel does not take, pointers not aligned to their element size included.
 const char* cuda_softmax_warp_declines(const SoftmaxDesc& d);
-const char* cuda_softmax_block_declines(const SoftmaxDesc& d);
-const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d);
 Status cuda_softmax_warp(const SoftmaxDesc& d, const Context& ctx);
+const char* cuda_softmax_block_declines(const SoftmaxDesc& d);
 Status cuda_softmax_block(const SoftmaxDesc& d, const Context& ctx);
+const char* cuda_softmax_cluster_declines(const SoftmaxDesc& d);
+Status cuda_softmax_cluster(const SoftmaxDesc& d, const Context& ctx);
+const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d);
 Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx);
+const char* cuda_softmax_strided_declines(const SoftmaxDesc& d);
 Status cuda_softmax_strided(const SoftmaxDesc& d, const Context& ctx);
 
 }  // namespace gradops::detail

@@ -1,21 +1,23 @@
-// Activation family, CUDA kernels.
+// Activation family, CUDA kernels. Included once per storage type (activation_<dtype>.cu), which
+// compiles the rows' entries at the end of this file for that type; the rows themselves, what each
+// kernel takes and why, are in activation_rows.cu.
 //
-// Without a bias: one kernel over 16-byte packs (4 x f32, 8 x f16/bf16, 2 x f64), a block per
-// contiguous chunk, kUnroll packs of every input in flight per thread. "cuda:vec16" runs when
-// every pointer sits at the same offset from a 16-byte boundary: the elements before the first
-// boundary and after the last whole pack go one per thread. Otherwise "cuda:scalar" moves one
-// element per access (still coalesced).
+// Without a bias (cuda:flat_vec16, cuda:flat_scalar): one kernel over 16-byte packs (4 x f32,
+// 8 x f16/bf16, 2 x f64), a block per contiguous chunk, kUnroll packs of every input in flight per
+// thread, when every pointer sits at the same offset from a 16-byte boundary: the elements before
+// the first boundary and after the last whole pack go one per thread. Otherwise the same kernel
+// moves one element per access (still coalesced).
 //
-// Bias grads without dB on 16-byte-aligned rows of whole packs: the flat kernel, each pack adding
-// its bias pack (p mod packs per row; 16384x4096 bf16 0.92 of copy against 0.89 in the 2-D
-// kernel below, whose pieces of many rows cap it at 0.92 even without math).
+// Bias grads without dB on 16-byte-aligned rows of whole packs (cuda:flat_bias_vec16): the flat
+// kernel, each pack adding its bias pack (p mod packs per row; 16384x4096 bf16 0.92 of copy against
+// 0.89 in the 2-D kernel below, whose pieces of many rows cap it at 0.92 even without math).
 //
-// 16-bit bias grads with dB on such rows: the row kernel, in which each block takes a tile of a
-// row's columns (a pack a thread) down an interleaved group of rows (g, g + G, ...), so that the
-// blocks in flight read neighbouring rows; each thread sums its own columns, with no block
-// reduction (16384x4096 0.90 of copy on an H100 against 0.87-0.88 in the 2-D kernel).
+// 16-bit bias grads with dB on such rows (cuda:bias_row_vec16): the row kernel, in which each block
+// takes a tile of a row's columns (a pack a thread) down an interleaved group of rows (g, g + G,
+// ...), so that the blocks in flight read neighbouring rows; each thread sums its own columns, with
+// no block reduction (16384x4096 0.90 of copy on an H100 against 0.87-0.88 in the 2-D kernel).
 //
-// With a bias otherwise (BiasGeluGrad_dX, BiasFastGeluGrad_dX, BiasGelu, FastGelu with bias): a 2-D kernel
+// With a bias otherwise (cuda:bias_2d_vec16, cuda:bias_2d_scalar): a 2-D kernel
 // in which each thread owns one column unit (a pack of columns, or a single column at the ragged
 // ends of a row) for a range of rows, so that it reads its bias once and sums its dX columns in
 // registers. dB: each block writes one row of compute-type partial sums per column, and a small
@@ -28,9 +30,13 @@
 // accuracy is derived below and checked by the tests. f16/bf16 outputs, whose half ulp (2^-12
 // relative at best) dwarfs an f32 ulp: the hardware's exp2 and reciprocal, and a short GELU
 // (Abramowitz and Stegun's rational form of the normal tail) with an absolute error of 3e-7.
+#pragma once
+
 #include <algorithm>
 
 #include "core/workspace.hpp"
+#include "cuda/activation_rows.cuh"
+#include "cuda/column_sum.cuh"
 #include "cuda/common.cuh"
 #include "ops/activation.hpp"
 
@@ -518,42 +524,12 @@ __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
   }
 }
 
-// db[c] = sum over groups g of partial[g][c] in a fixed order: lane ty of a 32 x 32 block adds
-// groups ty, ty + 32, ...; the 32 lane sums are then added in lane order.
-constexpr int kSumLanes = 32;
-
-template <class T>
-__global__ void __launch_bounds__(32 * kSumLanes) column_sum_kernel(const compute_t<T>* partial, T* db,
-                                                                   int64_t groups, int64_t cols) {
-  using A = compute_t<T>;
-  __shared__ A lanes[kSumLanes][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  griddep_wait();  // launched while the bias kernel drains: its partials are complete only now
-  for (int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32; c0 < cols; c0 += static_cast<int64_t>(gridDim.x) * 32) {
-    const int64_t c = c0 + tx;
-    A s = A(0);
-    if (c < cols)
-      for (int64_t g = ty; g < groups; g += kSumLanes) s += partial[g * cols + c];
-    lanes[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      A t = lanes[0][tx];
-      for (int k = 1; k < kSumLanes; ++k) t += lanes[k][tx];
-      db[c] = from_compute<T>(t);
-    }
-    __syncthreads();
-  }
-}
-
-// dB from `groups` partial rows. Launched as the first kernel's last blocks start (programmatic
-// dependent launch), so that the gap between the two kernels (a few microseconds, several percent
-// of a 16384 x 4096 call) overlaps its tail.
+// dB from `groups` partial rows (cuda/column_sum.cuh), launched as the first kernel's last blocks
+// start.
 template <class T>
 Status launch_column_sum(std::string_view op, const Context& ctx, const compute_t<T>* partial, T* db, int64_t groups,
                          int64_t cols) {
-  const int64_t blocks = std::min<int64_t>(ceil_div(cols, 32), 65535);
-  return launch_dependent(op, "the dB column-sum launch", column_sum_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                          dim3(32 * kSumLanes), stream_of(ctx), partial, db, groups, cols);
+  return cuda::launch_column_sum<T>(op, stream_of(ctx), partial, db, groups, cols, "the dB column-sum launch");
 }
 
 int64_t pow2_ceil(int64_t v) {
@@ -688,7 +664,7 @@ Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context&
   return launch_column_sum<T>(op, ctx, static_cast<const A*>(a.partial), static_cast<T*>(d.db), groups, d.cols);
 }
 
-// ---- dispatch -----------------------------------------------------------------------------------
+// ---- the rows' entries ---------------------------------------------------------------------------
 
 template <class G>
 Status visit_fn(OpId op, G&& g) {
@@ -712,75 +688,55 @@ Status visit_fn(OpId op, G&& g) {
   return Status(StatusCode::internal, std::string(op_schema(op).name) + ": not an activation op");
 }
 
-bool element_aligned(const ActivationDesc& d) {
-  const std::size_t es = dtype_size(d.dtype);
-  for (const void* p : {d.dy, d.x, d.bias, static_cast<const void*>(d.out), static_cast<const void*>(d.db)})
-    if (p && !aligned_to(p, es)) return false;
-  return true;
+}  // namespace
+
+// The entries of the implementation rows (activation_rows.cu), one per kernel; each compiled for one
+// storage type in activation_<dtype>.cu. The row's declines() has checked what the kernel needs.
+inline Status not_for(std::string_view op, const char* kernel) {
+  return Status(StatusCode::internal, std::string(op) + ": " + kernel + " does not take this op and dtype");
 }
 
-// Bias grads without dB that the flat kernel takes: every pointer on a 16-byte boundary (so no
-// pack straddles two rows), rows of whole packs, and pack indices that fit 32 bits.
-bool flat_bias_fits(const ActivationDesc& d, int vec) {
-  return !d.db && misalignment16(d.x) == 0 && d.cols % vec == 0 && d.count / vec < (int64_t{1} << 32);
-}
-
-// Bias grads with dB that the row kernel takes: every pointer on a 16-byte boundary and rows of
-// whole packs (so that the kernel has no ragged ends).
-bool row_kernel_fits(const ActivationDesc& d, int vec) { return misalignment16(d.x) == 0 && d.cols % vec == 0; }
-
-Status run(const ActivationDesc& d, const Context& ctx, bool vec) {
-  const std::string_view op = op_schema(d.op).name;
-  if (!element_aligned(d))
-    return Status(StatusCode::unimplemented,
-                  std::string(op) + ": the CUDA kernels need every pointer aligned to its element size (" +
-                      std::to_string(dtype_size(d.dtype)) + " bytes)");
-  if (d.count == 0) {  // dB over zero rows is zero (+0.0 has all-zero bits in every format)
-    if (d.db && d.cols > 0)
-      return status_of(cudaMemsetAsync(d.db, 0, static_cast<std::size_t>(d.cols) * dtype_size(d.dtype), stream_of(ctx)),
-                       op, "cudaMemsetAsync (dB of an empty tensor)");
-    return {};
-  }
-  DeviceInfo dev;
-  if (Status s = current_device(op, &dev); !s) return s;
-  return visit_storage(d.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    constexpr int V = kPackElems<T>;
-    return visit_fn(d.op, [&](auto fn) -> Status {
-      constexpr Fn F = decltype(fn)::value;
-      if constexpr (has_bias_form(F)) {
-        if constexpr (takes_dy(F) && sizeof(T) != 8) {
-          if (d.bias && vec && flat_bias_fits(d, V))
-            return run_flat<F, T, V, kUnroll<T>, kMinBlocks<T>, kFlatHint<T>, kFlatThreadsOf<T>, true>(op, d, ctx);
-          if constexpr (sizeof(T) == 2)
-            if (d.bias && d.db && vec && row_kernel_fits(d, V)) return run_bias_row<F, T, V>(op, d, ctx, dev);
-        }
-        if (d.bias) return vec ? run_bias<F, T, V>(op, d, ctx, dev) : run_bias<F, T, 1>(op, d, ctx, dev);
-      }
-      return vec ? run_flat<F, T, V>(op, d, ctx) : run_flat<F, T, 1>(op, d, ctx);
-    });
+template <class T>
+Status activation_flat(std::string_view op, const ActivationDesc& d, const Context& ctx, bool vec) {
+  return visit_fn(d.op, [&](auto fn) -> Status {
+    constexpr Fn F = decltype(fn)::value;
+    return vec ? run_flat<F, T, kPackElems<T>>(op, d, ctx) : run_flat<F, T, 1>(op, d, ctx);
   });
 }
 
-}  // namespace
-}  // namespace gradops::cuda
-
-namespace gradops::detail {
-
-const char* cuda_activation_vec16_declines(const ActivationDesc& d) {
-  const std::size_t es = dtype_size(d.dtype);
-  const unsigned m = cuda::misalignment16(d.x);
-  if (m % es) return "declines: X is not aligned to its element size";
-  if ((d.dy && cuda::misalignment16(d.dy) != m) || cuda::misalignment16(d.out) != m)
-    return "declines: the tensors sit at different offsets from a 16-byte boundary";
-  if (d.bias) {
-    if (cuda::misalignment16(d.bias) != m) return "declines: the bias sits at another offset from a 16-byte boundary";
-    if (d.cols * static_cast<int64_t>(es) % 16) return "declines: a row is not a whole number of 16-byte packs";
-  }
-  return nullptr;
+template <class T>
+Status activation_flat_bias(std::string_view op, const ActivationDesc& d, const Context& ctx) {
+  return visit_fn(d.op, [&](auto fn) -> Status {
+    constexpr Fn F = decltype(fn)::value;
+    if constexpr (takes_dy(F) && has_bias_form(F) && sizeof(T) != 8)
+      return run_flat<F, T, kPackElems<T>, kUnroll<T>, kMinBlocks<T>, kFlatHint<T>, kFlatThreadsOf<T>, true>(op, d,
+                                                                                                          ctx);
+    else
+      return not_for(op, "the flat bias kernel");
+  });
 }
 
-Status cuda_activation_vec16(const ActivationDesc& d, const Context& ctx) { return cuda::run(d, ctx, true); }
-Status cuda_activation_scalar(const ActivationDesc& d, const Context& ctx) { return cuda::run(d, ctx, false); }
+template <class T>
+Status activation_bias_row(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_fn(d.op, [&](auto fn) -> Status {
+    constexpr Fn F = decltype(fn)::value;
+    if constexpr (takes_dy(F) && has_bias_form(F) && sizeof(T) == 2)
+      return run_bias_row<F, T, kPackElems<T>>(op, d, ctx, dev);
+    else
+      return not_for(op, "the bias row kernel");
+  });
+}
 
-}  // namespace gradops::detail
+template <class T>
+Status activation_bias_2d(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev,
+                          bool vec) {
+  return visit_fn(d.op, [&](auto fn) -> Status {
+    constexpr Fn F = decltype(fn)::value;
+    if constexpr (has_bias_form(F))
+      return vec ? run_bias<F, T, kPackElems<T>>(op, d, ctx, dev) : run_bias<F, T, 1>(op, d, ctx, dev);
+    else
+      return not_for(op, "the 2-D bias kernel");
+  });
+}
+
+}  // namespace gradops::cuda

@@ -1,17 +1,20 @@
 // Softmax family, CUDA kernels: one read of each input and one write of the output per group
-// wherever the group fits on chip.
+// wherever the group fits on chip. Included once per storage type (softmax_<dtype>.cu), which
+// compiles the rows' entries at the end of this file for that type; the rows themselves are in
+// softmax_rows.cu.
 //
 // Contiguous rows (inner == 1), by row length:
 //   cuda:warp_per_row   up to 256 packs (128 of f64): a group of G lanes (G = 1 .. 32, so 32/G
 //                       rows per warp) holds a row in registers; shuffles reduce it.
-//   cuda:block_per_row  up to 16 blocks' worth: the row is held in registers by one block, or by
-//                       a cluster of 2 to 16 blocks that exchange their partial results through
-//                       distributed shared memory (Hopper).
+//   cuda:block_per_row  up to one block's worth: the row is held in registers by one block.
+//   cuda:cluster_per_row up to 16 blocks' worth: the row is held in registers by a cluster of 2 to
+//                       16 blocks that exchange their partial results through distributed shared
+//                       memory (Hopper).
 //   cuda:two_pass       longer rows, rows it was measured faster for (f64 forwards from 8 blocks a
-//                       row), or no clusters: the row is read twice, the second time from L2. For the
-//                       gradients a row is split over a cluster of up to 8 blocks where that keeps
-//                       what the open rows re-read within a quarter of L2 (one block a row would
-//                       leave the second read to DRAM on long rows).
+//                       row), or rows no cluster can hold here: the row is read twice, the second
+//                       time from L2. For the gradients a row is split over a cluster of up to 8
+//                       blocks where that keeps what the open rows re-read within a quarter of L2
+//                       (one block a row would leave the second read to DRAM on long rows).
 // Non-last axis (inner > 1):
 //   cuda:strided        threads along inner (coalesced), lanes along the axis, two passes.
 //
@@ -22,15 +25,19 @@
 // Forwards held in registers reduce twice (the max, then the sum of exp(x - max), whose terms the
 // softmax output reuses); streamed ones carry a running (max, sum). Compute in f32 (f64 for f64);
 // each output rounded once (LogSoftmaxGrad's exp from the hardware's exp2 for f16/bf16 outputs).
+#pragma once
+
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <string>
 
 #include "cuda/common.cuh"
 #include "cuda/softmax.cuh"
-#include "ops/dispatch.hpp"
+#include "cuda/softmax_rows.cuh"
 #include "ops/softmax.hpp"
 
 namespace gradops::cuda {
@@ -39,9 +46,8 @@ namespace {
 // ---- cuda:warp_per_row ------------------------------------------------------------------------
 
 constexpr int kWarpThreads = 128;
-// Packs per lane at most: 8, or 4 of f64 (whose exp needs more registers).
 template <class T>
-inline constexpr int kWarpMaxPacksPerLane = sizeof(T) == 8 ? 4 : 8;
+inline constexpr int kWarpMaxPacksPerLane = warp_max_packs_per_lane(sizeof(T));
 
 // Rows of `len` elements; G = 1 << log2_lanes lanes per row, each holding packs k*G + lane; 32/G
 // rows per warp step. kPrefetch: the warp loads its next step's rows before it reduces the current
@@ -100,21 +106,9 @@ __global__ void __launch_bounds__(kWarpThreads) warp_kernel(RowArgs a, int log2_
 
 // ---- cuda:block_per_row ---------------------------------------------------------------------
 
-// Packs of each input per thread, the most that fit 64 registers (two 512-thread blocks per
-// multiprocessor) without spilling more than a few bytes: gradients 4 (two inputs), forwards 8
-// (one input; the softmax terms exp(x - max) are computed again for the output, Held), f64 1.
-// With more bytes per barrier, long rows held on chip beat two passes: the 16-bit gradients took
-// 2 packs while 16-bit elements were extracted one a register, and went from 0.61-0.88 of copy to
-// 0.88-0.94 with 4 on an H100 (0.75-0.86 on an H200); the f32 and 16-bit forwards from 0.57-0.66
-// to 0.65-0.93 with 8 (lab/cuda/NOTES.md, sixth round).
-constexpr int block_packs(SoftmaxKind k, std::size_t elem_size) {
-  if (elem_size == 8) return 1;
-  return is_grad(k) ? 4 : 8;
-}
+// Packs of each input per thread: block_packs (softmax_rows.cuh).
 template <SoftmaxKind K, class T>
 inline constexpr int kBlockPacks = block_packs(K, sizeof(T));
-constexpr int kBlockMaxThreads = 512;
-constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
 
 // A row held by C blocks of blockDim.x threads: thread t of the cluster holds packs k*T + t of the
 // row's aligned body (T threads in all), and at most one element before and one after it. kMinB:
@@ -329,7 +323,6 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
 
 // ---- host side --------------------------------------------------------------------------------
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int log2_ceil(int64_t v) {
   int l = 0;
   while ((int64_t{1} << l) < v) ++l;
@@ -348,61 +341,8 @@ Status visit_kind(SoftmaxKind k, G&& g) {
   return g(std::integral_constant<SoftmaxKind, SoftmaxKind::log_softmax>{});
 }
 
-std::size_t elem_size(const SoftmaxDesc& d) { return dtype_size(d.dtype); }
-
 // Rows of the descriptor as the row kernels take them.
 RowArgs row_args(const SoftmaxDesc& d) { return {d.dy, d.y, d.out, d.outer, d.axis_len}; }
-
-// Every pointer at one offset from a 16-byte boundary (then every row's packs line up).
-bool congruent(const SoftmaxDesc& d) {
-  const unsigned m = misalignment16(d.y);
-  return m % elem_size(d) == 0 && misalignment16(d.out) == m && (!d.dy || misalignment16(d.dy) == m);
-}
-// Every row starts on a 16-byte boundary.
-bool rows_aligned(const SoftmaxDesc& d) {
-  return congruent(d) && misalignment16(d.y) == 0 && d.axis_len * static_cast<int64_t>(elem_size(d)) % 16 == 0;
-}
-int64_t pack_elems(const SoftmaxDesc& d) { return static_cast<int64_t>(16 / elem_size(d)); }
-
-// Packs (or single elements) of a row on the warp path.
-int64_t warp_units(const SoftmaxDesc& d) { return rows_aligned(d) ? d.axis_len / pack_elems(d) : d.axis_len; }
-// Elements one block holds, and how many blocks may share a row.
-int64_t block_capacity(const SoftmaxDesc& d) {
-  const int n = block_packs(d.kind, elem_size(d));
-  return (congruent(d) ? pack_elems(d) : 1) * n * kBlockMaxThreads;
-}
-int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }
-
-// Blocks per row on the block path (as run_block picks them).
-int blocks_per_row(const SoftmaxDesc& d) {
-  const int64_t per_block = block_capacity(d);
-  int c = 1;
-  while (c < max_cluster(d) && int64_t{c} * per_block < d.axis_len) c *= 2;
-  return c;
-}
-
-// Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
-// barriers between loads) was measured faster for the f64 forwards from eight blocks a row on (1.1
-// to 1.3 times, on an H100). Everything else stays on chip: the gradients (f32 0.80-0.90 of copy
-// against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an H100
-// and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one exception,
-// 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65 on an H100).
-bool two_passes_faster(const SoftmaxDesc& d) {
-  return !is_grad(d.kind) && d.dtype == DType::f64 && blocks_per_row(d) >= 8;
-}
-
-// Checks shared by every implementation; `done` when there is nothing to launch.
-Status prologue(const SoftmaxDesc& d, std::string_view op, DeviceInfo* dev, bool* done) {
-  const std::size_t es = elem_size(d);
-  for (const void* p : {d.dy, d.y, static_cast<const void*>(d.out)})
-    if (p && !aligned_to(p, es))
-      return Status(StatusCode::unimplemented, std::string(op) +
-                                                   ": the CUDA kernels need every pointer aligned to its element size (" +
-                                                   std::to_string(es) + " bytes)");
-  *done = d.outer == 0 || d.axis_len == 0 || d.inner == 0;
-  if (*done) return {};
-  return current_device(op, dev);
-}
 
 // A grid of `units` independent pieces of work for kernels whose blocks loop over them, at most
 // what is resident at once, and sized so that every block takes the same number of pieces (a
@@ -574,34 +514,106 @@ Status try_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx
   return {};
 }
 
+// One block per row (row_blocks(d, N) == 1).
 template <SoftmaxKind K, class T, int VEC, int N = kBlockPacks<K, T>>
-Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  const int64_t units = VEC > 1 ? d.axis_len / VEC : d.axis_len;  // whole packs in a row, at most
-  const int max_c = VEC > 1 ? kMaxCluster : 1;
-  // Threads for c blocks per row, or 0 if c blocks of the largest size cannot hold the row.
-  auto threads_for = [&](int c) -> int {
-    const int64_t t = ceil_div(ceil_div(units, int64_t{c} * N), 32) * 32;
-    return t <= kBlockMaxThreads ? static_cast<int>(std::max<int64_t>(t, 32)) : 0;
-  };
-  // The fewest blocks that hold the row: each block's share of a row then carries the most data
-  // per barrier (two blocks share a multiprocessor, so one's reduction overlaps the other's loads).
-  int c = 1;
-  while (c < max_c && threads_for(c) == 0) c *= 2;
-  const RowArgs a = row_args(d);
-  if (c == 1) {
-    const int threads = threads_for(1);
-    const int64_t blocks = std::clamp<int64_t>(d.outer, 1, 0x7fffffff);
-    return launch(op, "the block-per-row launch", block_kernel<K, T, VEC, 1, 2, N>, dim3(static_cast<unsigned>(blocks)),
-                  dim3(threads), stream_of(ctx), a);
+Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx) {
+  const int64_t blocks = std::clamp<int64_t>(d.outer, 1, 0x7fffffff);
+  return launch(op, "the block-per-row launch", block_kernel<K, T, VEC, 1, 2, N>, dim3(static_cast<unsigned>(blocks)),
+                dim3(row_block_threads(d, 1, N)), stream_of(ctx), row_args(d));
+}
+
+// Whether clusters of C blocks of `threads` threads of block_kernel<K, T, VEC, C, 2, N> can be
+// co-scheduled on this device (as launch_clusters asks before it launches them), cached per
+// device and block size: the answer depends on nothing else.
+template <SoftmaxKind K, class T, int VEC, int C, int N>
+Status cluster_fits(std::string_view op, const DeviceInfo& dev, int threads, bool* fits) {
+  constexpr auto kernel = block_kernel<K, T, VEC, C, 2, N>;
+  constexpr int kDevices = 16, kSizes = kBlockMaxThreads / 32 + 1;
+  static std::atomic<int> cache[kDevices][kSizes];  // 0: not asked yet, 1: no, 2: yes
+  const int slot = threads / 32;
+  const bool cacheable = dev.ordinal < kDevices && threads % 32 == 0 && slot < kSizes;
+  if (cacheable) {
+    if (const int v = cache[dev.ordinal][slot].load(std::memory_order_relaxed); v > 0) {
+      *fits = v == 2;
+      return {};
+    }
   }
-  // Where a cluster this large cannot be co-scheduled, half as many blocks twice the size may be.
-  for (; c >= 2 && threads_for(c) > 0; c /= 2) {
-    bool launched = false;
-    if (Status s = try_cluster<K, T, VEC, N>(op, d, ctx, dev, c, threads_for(c), &launched); !s || launched) return s;
+  *fits = false;
+  cudaFuncAttributes attr{};
+  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+  if (dev.cluster_launch && attr.binaryVersion >= 90) {
+    if constexpr (C > 8) {
+      if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                               "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+          !s)
+        return s;
+    }
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = C;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(C);
+    cfg.blockDim = dim3(threads);
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e == cudaErrorInvalidClusterSize) {
+      (void)cudaGetLastError();
+    } else {
+      if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+      *fits = clusters >= 1;
+    }
   }
-  if (detail::verbose_dispatch())
-    detail::log_dispatch(op, "cuda:block_per_row", "found no cluster it can co-schedule here: cuda:two_pass runs");
-  return run_two_pass<K, T, VEC>(op, d, ctx, dev);  // read the row twice
+  if (cacheable) cache[dev.ordinal][slot].store(*fits ? 2 : 1, std::memory_order_relaxed);
+  return {};
+}
+
+template <SoftmaxKind K, class T, int VEC, int N>
+Status cluster_fits(std::string_view op, const DeviceInfo& dev, int c, int threads, bool* fits) {
+  *fits = false;
+  if constexpr (VEC > 1) {
+    switch (c) {
+      case 2: return cluster_fits<K, T, VEC, 2, N>(op, dev, threads, fits);
+      case 4: return cluster_fits<K, T, VEC, 4, N>(op, dev, threads, fits);
+      case 8: return cluster_fits<K, T, VEC, 8, N>(op, dev, threads, fits);
+      case 16: return cluster_fits<K, T, VEC, 16, N>(op, dev, threads, fits);
+      default: break;
+    }
+  }
+  return {};
+}
+
+// The cluster cuda:cluster_per_row takes a row on: row_blocks(d) blocks or, where a cluster this
+// large cannot be co-scheduled, half as many blocks twice the size, as long as they hold the row;
+// 0 where none can (cuda:two_pass then reads the row twice).
+template <SoftmaxKind K, class T, int VEC, int N = kBlockPacks<K, T>>
+Status cluster_size(std::string_view op, const SoftmaxDesc& d, const DeviceInfo& dev, int* blocks) {
+  *blocks = 0;
+  for (int c = row_blocks(d, N); c >= 2 && row_block_threads(d, c, N) > 0; c /= 2) {
+    bool fits = false;
+    if (Status s = cluster_fits<K, T, VEC, N>(op, dev, c, row_block_threads(d, c, N), &fits); !s) return s;
+    if (fits) {
+      *blocks = c;
+      return {};
+    }
+  }
+  return {};
+}
+
+template <SoftmaxKind K, class T, int VEC, int N = kBlockPacks<K, T>>
+Status run_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  int c = 0;
+  if (Status s = cluster_size<K, T, VEC, N>(op, d, dev, &c); !s) return s;
+  bool launched = false;
+  if (c > 0)
+    if (Status s = try_cluster<K, T, VEC, N>(op, d, ctx, dev, c, row_block_threads(d, c, N), &launched); !s) return s;
+  if (!launched)
+    return Status(StatusCode::internal,
+                  std::string(op) + ": cuda:cluster_per_row found no cluster it can co-schedule, yet did not decline");
+  return {};
 }
 
 template <SoftmaxKind K, class T>
@@ -618,63 +630,56 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
                 dim3(tx, ty), stream_of(ctx), a);
 }
 
-enum class Path { warp, block, two_pass, strided };
+}  // namespace
 
-Status run(const SoftmaxDesc& d, const Context& ctx, Path path) {
-  const std::string_view op = op_schema(d.op).name;
-  DeviceInfo dev;
-  bool done = false;
-  if (Status s = prologue(d, op, &dev, &done); !s || done) return s;
-  return visit_storage(d.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    constexpr int V = kPackElems<T>;
-    return visit_kind(d.kind, [&](auto kind) -> Status {
-      constexpr SoftmaxKind K = decltype(kind)::value;
-      switch (path) {
-        case Path::warp:
-          // About two packs a lane, one step per warp: on an H200, 16-bit rows of 128 ran 10% faster
-          // than at four (more, smaller groups), and nothing else moved by more than 1%; warps that
-          // prefetch their next rows were 1 to 15% slower (lab/cuda/NOTES.md).
-          return rows_aligned(d) ? run_warp<K, T, V>(op, d, ctx, dev) : run_warp<K, T, 1>(op, d, ctx, dev);
-        case Path::block:
-          return congruent(d) ? run_block<K, T, V>(op, d, ctx, dev) : run_block<K, T, 1>(op, d, ctx, dev);
-        case Path::two_pass:
-          return congruent(d) ? run_two_pass<K, T, V>(op, d, ctx, dev) : run_two_pass<K, T, 1>(op, d, ctx, dev);
-        case Path::strided: break;
-      }
-      return run_strided<K, T>(op, d, ctx, dev);
-    });
+// ---- the rows' entries (softmax_rows.cuh) ---------------------------------------------------------
+
+// About two packs a lane, one step per warp: on an H200, 16-bit rows of 128 ran 10% faster than at
+// four (more, smaller groups), and nothing else moved by more than 1%; warps that prefetch their
+// next rows were 1 to 15% slower (lab/cuda/NOTES.md).
+template <class T>
+Status softmax_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr SoftmaxKind K = decltype(kind)::value;
+    return rows_aligned(d) ? run_warp<K, T, kPackElems<T>>(op, d, ctx, dev) : run_warp<K, T, 1>(op, d, ctx, dev);
   });
 }
 
-}  // namespace
+template <class T>
+Status softmax_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo&) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr SoftmaxKind K = decltype(kind)::value;
+    return congruent(d) ? run_block<K, T, kPackElems<T>>(op, d, ctx) : run_block<K, T, 1>(op, d, ctx);
+  });
+}
+
+template <class T>
+Status softmax_cluster_size(std::string_view op, const SoftmaxDesc& d, const DeviceInfo& dev, int* blocks) {
+  *blocks = 0;
+  if (!congruent(d)) return {};  // clusters hold rows in packs only
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    return cluster_size<decltype(kind)::value, T, kPackElems<T>>(op, d, dev, blocks);
+  });
+}
+
+template <class T>
+Status softmax_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    return run_cluster<decltype(kind)::value, T, kPackElems<T>>(op, d, ctx, dev);
+  });
+}
+
+template <class T>
+Status softmax_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr SoftmaxKind K = decltype(kind)::value;
+    return congruent(d) ? run_two_pass<K, T, kPackElems<T>>(op, d, ctx, dev) : run_two_pass<K, T, 1>(op, d, ctx, dev);
+  });
+}
+
+template <class T>
+Status softmax_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_kind(d.kind, [&](auto kind) -> Status { return run_strided<decltype(kind)::value, T>(op, d, ctx, dev); });
+}
+
 }  // namespace gradops::cuda
-
-namespace gradops::detail {
-
-const char* cuda_softmax_warp_declines(const SoftmaxDesc& d) {
-  if (d.inner != 1) return "declines: the axis is not the last one";
-  if (cuda::warp_units(d) > 32 * (cuda::elem_size(d) == 8 ? 4 : 8)) return "declines: the row is longer than a warp holds";
-  return nullptr;
-}
-const char* cuda_softmax_block_declines(const SoftmaxDesc& d) {
-  if (d.inner != 1) return "declines: the axis is not the last one";
-  if (d.axis_len > cuda::block_capacity(d) * cuda::max_cluster(d))
-    return "declines: the row is longer than a cluster of blocks holds";
-  if (cuda::two_passes_faster(d)) return "declines: two passes were measured faster for such rows";
-  return nullptr;
-}
-const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d) {
-  return d.inner != 1 ? "declines: the axis is not the last one" : nullptr;
-}
-
-Status cuda_softmax_warp(const SoftmaxDesc& d, const Context& ctx) { return cuda::run(d, ctx, cuda::Path::warp); }
-Status cuda_softmax_block(const SoftmaxDesc& d, const Context& ctx) { return cuda::run(d, ctx, cuda::Path::block); }
-Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx) {
-  return cuda::run(d, ctx, cuda::Path::two_pass);
-}
-Status cuda_softmax_strided(const SoftmaxDesc& d, const Context& ctx) {
-  return cuda::run(d, ctx, cuda::Path::strided);
-}
-
-}  // namespace gradops::detail

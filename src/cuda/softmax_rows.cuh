@@ -1,0 +1,127 @@
+// Softmax family, CUDA: what the implementation rows (softmax_rows.cu) and the kernels
+// (softmax_kernels.cuh) both need on the host: the shape arithmetic that decides which kernel takes
+// a row, and the entry of each row's kernel, compiled once per storage type (softmax_f32.cu,
+// softmax_f16.cu, softmax_bf16.cu, softmax_f64.cu), so that the four compile in parallel and the
+// rows compile without the kernels. T is the device storage type (float, double, __half,
+// __nv_bfloat16); each entry runs only the kernel its row names, on what that row's declines()
+// accepted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "cuda/common.cuh"
+#include "cuda/softmax.cuh"
+#include "ops/softmax.hpp"
+
+namespace gradops::cuda {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- which kernel takes a row -------------------------------------------------------------------
+
+// Packs per lane of the warp kernel at most: 8, or 4 of f64 (whose exp needs more registers).
+constexpr int warp_max_packs_per_lane(std::size_t elem_size) { return elem_size == 8 ? 4 : 8; }
+
+// Packs of each input per thread of the block and cluster kernels, the most that fit 64 registers
+// (two 512-thread blocks per multiprocessor) without spilling more than a few bytes: gradients 4
+// (two inputs), forwards 8 (one input; the softmax terms exp(x - max) are computed again for the
+// output, Held), f64 1. With more bytes per barrier, long rows held on chip beat two passes: the
+// 16-bit gradients took 2 packs while 16-bit elements were extracted one a register, and went from
+// 0.61-0.88 of copy to 0.88-0.94 with 4 on an H100 (0.75-0.86 on an H200); the f32 and 16-bit
+// forwards from 0.57-0.66 to 0.65-0.93 with 8 (lab/cuda/NOTES.md, sixth round).
+constexpr int block_packs(SoftmaxKind k, std::size_t elem_size) {
+  if (elem_size == 8) return 1;
+  return is_grad(k) ? 4 : 8;
+}
+constexpr int kBlockMaxThreads = 512;
+constexpr int kMaxCluster = 16;  // 16 is beyond the portable 8: allowed per kernel at launch
+
+inline std::size_t elem_size(const SoftmaxDesc& d) { return dtype_size(d.dtype); }
+inline int64_t pack_elems(const SoftmaxDesc& d) { return static_cast<int64_t>(16 / elem_size(d)); }
+
+// Every pointer aligned to its element size: hardware loads of that type would fault otherwise.
+inline bool element_aligned(const SoftmaxDesc& d) {
+  const std::size_t es = elem_size(d);
+  for (const void* p : {d.dy, d.y, static_cast<const void*>(d.out)})
+    if (p && !aligned_to(p, es)) return false;
+  return true;
+}
+// Every pointer at one offset from a 16-byte boundary (then every row's packs line up).
+inline bool congruent(const SoftmaxDesc& d) {
+  const unsigned m = misalignment16(d.y);
+  return m % elem_size(d) == 0 && misalignment16(d.out) == m && (!d.dy || misalignment16(d.dy) == m);
+}
+// Every row starts on a 16-byte boundary.
+inline bool rows_aligned(const SoftmaxDesc& d) {
+  return congruent(d) && misalignment16(d.y) == 0 && d.axis_len * static_cast<int64_t>(elem_size(d)) % 16 == 0;
+}
+
+// Packs (or single elements) of a row on the warp path.
+inline int64_t warp_units(const SoftmaxDesc& d) { return rows_aligned(d) ? d.axis_len / pack_elems(d) : d.axis_len; }
+// Elements one block holds, and how many blocks may share a row.
+inline int64_t block_capacity(const SoftmaxDesc& d) {
+  const int n = block_packs(d.kind, elem_size(d));
+  return (congruent(d) ? pack_elems(d) : 1) * n * kBlockMaxThreads;
+}
+inline int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }
+
+// Blocks per row on the block path, by capacity (for two_passes_faster).
+inline int blocks_per_row(const SoftmaxDesc& d) {
+  const int64_t per_block = block_capacity(d);
+  int c = 1;
+  while (c < max_cluster(d) && int64_t{c} * per_block < d.axis_len) c *= 2;
+  return c;
+}
+
+// Threads of each of c blocks that hold a row together at n packs a thread (0: block_packs; the
+// lab tries others), the row's whole packs (or elements, where the tensors sit at different
+// offsets) shared evenly, the ragged ends one element a thread; 0 if c blocks of the largest size
+// cannot hold it.
+inline int row_block_threads(const SoftmaxDesc& d, int c, int n = 0) {
+  const int64_t units = congruent(d) ? d.axis_len / pack_elems(d) : d.axis_len;
+  const int64_t packs = n > 0 ? n : block_packs(d.kind, elem_size(d));
+  const int64_t t = ceil_div(ceil_div(units, int64_t{c} * packs), 32) * 32;
+  return t <= kBlockMaxThreads ? static_cast<int>(t < 32 ? 32 : t) : 0;
+}
+// The fewest blocks (a power of two, up to max_cluster) that hold a row: each block's share then
+// carries the most data per barrier (two blocks share a multiprocessor, so one's reduction overlaps
+// the other's loads). 1: cuda:block_per_row; more: cuda:cluster_per_row.
+inline int row_blocks(const SoftmaxDesc& d, int n = 0) {
+  int c = 1;
+  while (c < max_cluster(d) && row_block_threads(d, c, n) == 0) c *= 2;
+  return c;
+}
+
+// Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
+// barriers between loads) was measured faster for the f64 forwards from eight blocks a row on (1.1
+// to 1.3 times, on an H100). Everything else stays on chip: the gradients (f32 0.80-0.90 of copy
+// against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an H100
+// and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one exception,
+// 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65 on an H100).
+inline bool two_passes_faster(const SoftmaxDesc& d) {
+  return !is_grad(d.kind) && d.dtype == DType::f64 && blocks_per_row(d) >= 8;
+}
+
+// ---- the rows' kernels ----------------------------------------------------------------------------
+
+template <class T>
+Status softmax_warp(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+// One block per row (row_blocks(d) == 1).
+template <class T>
+Status softmax_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+// *blocks: the cluster size cuda:cluster_per_row runs a row on here, row_blocks(d) or, where a
+// cluster that large cannot be co-scheduled on this device, the next smaller one that still holds
+// the row; 0 where none can (then cuda:two_pass takes the row). Cached per kernel, block size and
+// device, as the answer depends on nothing else.
+template <class T>
+Status softmax_cluster_size(std::string_view op, const SoftmaxDesc& d, const DeviceInfo& dev, int* blocks);
+template <class T>
+Status softmax_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+template <class T>
+Status softmax_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+template <class T>
+Status softmax_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+
+}  // namespace gradops::cuda

@@ -1,0 +1,100 @@
+// Every CUDA implementation row names the kernel that runs: for each row, calls that the row
+// takes (each kernel choice of each family), whose implementation_name is that row, whose
+// GRADOPS_VERBOSE=dispatch log says that row's run() ran (and it launches only its own kernel),
+// and whose outputs match the float64 oracle. Reports SKIPPED where no GPU is visible.
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "cuda_support.hpp"
+
+namespace gradops::check {
+namespace {
+
+// gradops reads GRADOPS_VERBOSE once, at its first call: this executable turns the dispatch log on
+// before any.
+const bool kDispatchLogOn = [] { return setenv("GRADOPS_VERBOSE", "dispatch", 1) == 0; }();
+
+// The row that the dispatch log says ran: the last "gradops: dispatch <op>: <row> runs".
+std::string row_that_ran(const std::string& log, std::string_view op) {
+  const std::string prefix = "gradops: dispatch " + std::string(op) + ": ";
+  constexpr std::string_view kRuns = " runs";
+  std::string ran;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(prefix) && line.ends_with(kRuns))
+      ran = line.substr(prefix.size(), line.size() - prefix.size() - kRuns.size());
+  return ran;
+}
+
+struct RowCase {
+  const char* row;
+  OpId op;
+  DType t;
+  std::vector<int64_t> shape;
+  int64_t axis;
+  std::vector<int> offsets;        // elements past a 256-byte boundary, per tensor, cycled
+  std::vector<bool> skip_output;   // {false, true}: no dB
+};
+
+// Every CUDA row of the activation and softmax families, in the order the op layer tries them.
+const char* const kRows[] = {
+    "cuda:flat_bias_vec16", "cuda:bias_row_vec16", "cuda:bias_2d_vec16", "cuda:flat_vec16",
+    "cuda:bias_2d_scalar",  "cuda:flat_scalar",    "cuda:warp_per_row",  "cuda:block_per_row",
+    "cuda:cluster_per_row", "cuda:two_pass",       "cuda:strided",
+};
+
+TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
+  ASSERT_TRUE(kDispatchLogOn);
+  const std::vector<bool> no_db = {false, true};
+  const RowCase cases[] = {
+      // Bias gradients without dB, rows of whole packs from a 16-byte boundary.
+      {"cuda:flat_bias_vec16", OpId::BiasGeluGrad_dX, DType::f32, {64, 256}, 0, {0}, no_db},
+      {"cuda:flat_bias_vec16", OpId::BiasFastGeluGrad_dX, DType::bf16, {64, 256}, 0, {0}, no_db},
+      // 16-bit bias gradients with dB on such rows.
+      {"cuda:bias_row_vec16", OpId::BiasGeluGrad_dX, DType::bf16, {64, 256}, 0, {0}, {}},
+      {"cuda:bias_row_vec16", OpId::BiasFastGeluGrad_dX, DType::f16, {64, 256}, 0, {0}, {}},
+      // The other bias calls in packs: f32 with dB, f64, rows off the boundary, the forwards.
+      {"cuda:bias_2d_vec16", OpId::BiasGeluGrad_dX, DType::f32, {64, 256}, 0, {0}, {}},
+      {"cuda:bias_2d_vec16", OpId::BiasGeluGrad_dX, DType::f64, {64, 256}, 0, {0}, no_db},
+      {"cuda:bias_2d_vec16", OpId::BiasFastGeluGrad_dX, DType::bf16, {64, 256}, 0, {1}, no_db},
+      {"cuda:bias_2d_vec16", OpId::BiasFastGeluGrad_dX, DType::bf16, {64, 256}, 0, {1}, {}},
+      {"cuda:bias_2d_vec16", OpId::BiasGelu, DType::f32, {64, 256}, 0, {0}, {}},
+      // No bias, the tensors at one offset from a 16-byte boundary.
+      {"cuda:flat_vec16", OpId::GeluGrad, DType::f32, {1000}, 0, {0}, {}},
+      {"cuda:flat_vec16", OpId::SigmoidGrad, DType::f16, {37, 129}, 0, {3}, {}},
+      // One element per access: rows not of whole packs, or tensors at unrelated offsets.
+      {"cuda:bias_2d_scalar", OpId::BiasGeluGrad_dX, DType::f32, {64, 257}, 0, {0}, {}},
+      {"cuda:bias_2d_scalar", OpId::BiasGelu, DType::f16, {37, 129}, 0, {1, 2, 0}, {}},
+      {"cuda:flat_scalar", OpId::GeluGrad, DType::f32, {37, 129}, 0, {1, 2, 0}, {}},
+      // Softmax rows by length.
+      {"cuda:warp_per_row", OpId::SoftmaxGrad_13, DType::f32, {64, 128}, -1, {0}, {}},
+      {"cuda:warp_per_row", OpId::LogSoftmax_13, DType::bf16, {33, 77}, -1, {1, 2, 0}, {}},
+      {"cuda:block_per_row", OpId::SoftmaxGrad_13, DType::f32, {9, 1025}, -1, {0}, {}},
+      {"cuda:block_per_row", OpId::Softmax_13, DType::f16, {7, 300}, -1, {1, 2, 0}, {}},
+      {"cuda:cluster_per_row", OpId::SoftmaxGrad_13, DType::f32, {2, 32768}, -1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::Softmax_13, DType::bf16, {2, 65536}, -1, {1}, {}},
+      {"cuda:two_pass", OpId::SoftmaxGrad_13, DType::f32, {1, 262144}, -1, {0}, {}},
+      {"cuda:two_pass", OpId::Softmax_13, DType::f64, {2, 16384}, -1, {0}, {}},  // measured faster for f64
+      {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f32, {3, 5000}, -1, {1, 2, 0}, {}},
+      {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
+      {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
+  };
+  std::set<std::string> covered;
+  for (const RowCase& c : cases) {
+    const std::string_view op = op_schema(c.op).name;
+    std::string named;
+    testing::internal::CaptureStderr();
+    check_offsets(c.op, c.t, c.shape, c.axis, {}, &named, c.offsets, c.skip_output);
+    const std::string log = testing::internal::GetCapturedStderr();
+    ASSERT_FALSE(HasFatalFailure()) << op << " (" << dtype_name(c.t) << ") for " << c.row << "\n" << log;
+    EXPECT_EQ(named, c.row) << op << " (" << dtype_name(c.t) << "): implementation_name\n" << log;
+    EXPECT_EQ(row_that_ran(log, op), c.row) << op << " (" << dtype_name(c.t) << "): the dispatch log\n" << log;
+    covered.insert(c.row);
+  }
+  for (const char* row : kRows) EXPECT_EQ(covered.count(row), 1u) << row << " has no case here";
+}
+
+}  // namespace
+}  // namespace gradops::check

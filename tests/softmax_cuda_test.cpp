@@ -1,0 +1,195 @@
+// The softmax family on CUDA tensors, against the float64 oracle and the CPU implementation:
+// every op and dtype over the shape sweep (every axis, misaligned, poisoned outputs), which row
+// takes which rows, more than 65,535 rows and 2^31 elements, pointers at unrelated offsets or not
+// aligned to their element, bitwise repeatability. Built into softmax_test with the CUDA backend;
+// every test reports SKIPPED where no GPU is visible.
+#include "cuda_support.hpp"
+
+namespace gradops::check {
+namespace {
+
+// Rows of every CUDA path: sub-warp groups, warp per row, a block per row, clusters of 2 to 16
+// blocks (with ragged ends when the row is not a whole number of packs), two passes, and the
+// strided path for every non-last axis.
+struct SoftmaxShape {
+  std::vector<int64_t> shape;
+  bool every_axis;  // false: the last axis and axis 0 only
+};
+std::vector<SoftmaxShape> softmax_shapes() {
+  return {{{0}, true},          {{1}, true},         {{7}, true},          {{16}, true},
+          {{17}, true},         {{3, 0}, true},      {{0, 5}, true},       {{31, 33}, true},
+          {{5, 1}, true},       {{2, 3, 5}, true},   {{2, 3, 5, 7}, true}, {{2, 1, 3, 1, 4}, true},
+          {{3, 5, 2053}, false}, {{2, 1031, 37}, false}, {{65537, 3}, false}, {{9, 1025}, false},
+          {{5, 2048}, false},   {{4, 4100}, false},  {{2, 32768}, false},  {{3, 50257}, false},
+          {{2, 131072}, false}, {{1, 262144}, false}, {{1, 270000}, false}};
+}
+
+TEST_F(Cuda, SoftmaxMatchesOracleAndCpu) {
+  uint64_t seed = 1000;
+  for (OpId id : family_ops(OpFamily::softmax))
+    for (DType t : kAllDTypes)
+      for (const SoftmaxShape& s : softmax_shapes()) {
+        const int rank = static_cast<int>(s.shape.size());
+        std::vector<int64_t> axes;
+        if (s.every_axis) {
+          for (int a = -rank; a < rank; ++a) axes.push_back(a);
+        } else {
+          axes = {rank - 1, 0};
+          if (!single_axis(id) && rank > 1) axes = {0, rank - 1};  // whole tensor; rows of the last dim
+        }
+        for (int64_t axis : axes)
+          for (bool misaligned : {false, true}) {
+            Problem p;
+            p.op = id;
+            p.sig = {{t, t, t}};
+            p.shape = s.shape;
+            p.attrs = {{"axis", static_cast<double>(axis)}};
+            p.misaligned = misaligned;
+            p.seed = seed++;
+            ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+          }
+      }
+}
+
+// Which implementation takes which rows (so that the sweep above covers each of them).
+TEST_F(Cuda, SoftmaxPathPerRowLength) {
+  struct Expect {
+    std::vector<int64_t> shape;
+    DType t;
+    int64_t axis;
+    const char* impl;
+  };
+  const Expect cases[] = {
+      {{64, 3}, DType::f32, -1, "cuda:warp_per_row"},        {{64, 1024}, DType::f32, -1, "cuda:warp_per_row"},
+      {{64, 2048}, DType::bf16, -1, "cuda:warp_per_row"},    {{9, 1025}, DType::f32, -1, "cuda:block_per_row"},
+      {{2, 32768}, DType::f32, -1, "cuda:cluster_per_row"},  {{2, 131072}, DType::f32, -1, "cuda:cluster_per_row"},
+      {{1, 262144}, DType::f32, -1, "cuda:two_pass"},        {{31, 33}, DType::f32, 0, "cuda:strided"},
+      {{2, 131072}, DType::bf16, -1, "cuda:cluster_per_row"}, {{1, 262144}, DType::f16, -1, "cuda:cluster_per_row"},
+      {{1, 270000}, DType::bf16, -1, "cuda:two_pass"},
+  };
+  for (const Expect& e : cases) {
+    const std::size_t bytes = static_cast<std::size_t>(count_of(e.shape)) * dtype_size(e.t);
+    DeviceBuffer dy(bytes), y(bytes), dx(bytes);
+    ASSERT_TRUE(dy.base && y.base && dx.base);
+    const TensorView vdy(dy.base, e.t, std::span<const int64_t>(e.shape), Device::cuda()),
+        vy(y.base, e.t, std::span<const int64_t>(e.shape), Device::cuda()),
+        vdx(dx.base, e.t, std::span<const int64_t>(e.shape), Device::cuda());
+    const TensorView* ins[] = {&vdy, &vy};
+    const TensorView* outs[] = {&vdx};
+    const Attribute attrs[] = {{"axis", static_cast<double>(e.axis)}};
+    std::string name;
+    ASSERT_TRUE(implementation_name("SoftmaxGrad_13", ins, outs, attrs, {}, &name).is_ok());
+    EXPECT_EQ(name, e.impl) << "SoftmaxGrad_13 (" << dtype_name(e.t) << ") " << count_of(e.shape) << " elements";
+  }
+}
+
+// More than 65,535 rows on the block path (the sweeps cover the warp one).
+TEST_F(Cuda, SoftmaxMoreThan65535Rows) {
+  for (OpId id : {OpId::SoftmaxGrad_13, OpId::LogSoftmax_13}) {
+    Problem p;
+    p.op = id;
+    p.shape = {70001, 300};  // misaligned rows of 300: the block path with ragged ends
+    p.misaligned = true;
+    ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+  }
+}
+
+// Tensors at different offsets from a 16-byte boundary: one element per access.
+TEST_F(Cuda, SoftmaxPointersAtUnrelatedOffsets) {
+  for (DType t : {DType::f32, DType::f16, DType::f64})
+    for (OpId id : family_ops(OpFamily::softmax))
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{7, 100}, {7, 300}, {3, 5000}})
+        ASSERT_NO_FATAL_FAILURE(check_offsets(id, t, shape, single_axis(id) ? -1 : 1,
+                                              {"cuda:warp_per_row", "cuda:block_per_row", "cuda:two_pass",
+                                               "cuda:strided"}));
+}
+
+TEST_F(Cuda, SoftmaxPointerNotAlignedToItsElementIsUnimplemented) {
+  DeviceBuffer buf(4096);
+  ASSERT_TRUE(buf.base);
+  const int64_t shape[] = {16, 16};
+  // 16 x 16 f32 = 1024 bytes each, apart: only the 2-byte offset is wrong.
+  const TensorView odd(buf.bytes() + 2, DType::f32, shape, Device::cuda());
+  const TensorView even(buf.bytes() + 3072, DType::f32, shape, Device::cuda());
+  const TensorView out(buf.bytes() + 1536, DType::f32, shape, Device::cuda());
+  const Status s = softmax_grad_13({even, odd, out});
+  EXPECT_EQ(s.code(), StatusCode::unimplemented) << s.to_string();
+  EXPECT_NE(s.to_string().find("not aligned to its element size"), std::string::npos) << s.to_string();
+}
+
+// Same inputs, same bits: every row reduction runs in a fixed order.
+TEST_F(Cuda, SoftmaxRepeatedRunsAreBitwiseIdentical) {
+  struct Run {
+    OpId op;
+    DType t;
+    std::vector<int64_t> shape;
+    int64_t axis;
+  };
+  const Run runs[] = {
+      {OpId::SoftmaxGrad_13, DType::f32, {100, 1000}, -1},   {OpId::SoftmaxGrad_13, DType::f32, {8, 50257}, -1},
+      {OpId::LogSoftmaxGrad_13, DType::f16, {4, 131072}, -1}, {OpId::Softmax_13, DType::f32, {2, 262144}, -1},
+      {OpId::LogSoftmax_13, DType::f32, {30, 500, 7}, 1},
+  };
+  for (const Run& r : runs) {
+    Problem p;
+    p.op = r.op;
+    p.sig = {{r.t, r.t, r.t}};
+    p.shape = r.shape;
+    p.attrs = {{"axis", static_cast<double>(r.axis)}};
+    p.device = Device::cuda();
+    Case c(p);
+    std::vector<std::vector<double>> first;
+    for (int rep = 0; rep < 3; ++rep) {
+      c.poison_outputs();
+      ASSERT_TRUE(c.run().is_ok()) << describe(p);
+      const Report rep_report = c.compare();
+      ASSERT_TRUE(rep_report.pass) << rep_report.detail;
+      if (rep == 0) first = rep_report.outputs;
+      else ASSERT_EQ(rep_report.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
+    }
+  }
+}
+
+// ---- more than 2^31 elements -----------------------------------------------------------------
+
+TEST_F(Cuda, SoftmaxGradOver2Pow31Elements) {
+  const int64_t cols = 4096, rows = (int64_t{1} << 19) + 1, n = rows * cols;  // 2^31 + 4096
+  const DType t = DType::bf16;
+  if (!enough_memory(3 * n * 2)) GTEST_SKIP() << "not enough device memory";
+  DeviceBuffer dy(n * 2), y(n * 2), dx(n * 2);
+  ASSERT_TRUE(dy.base && y.base && dx.base);
+  // y of softmax magnitude (e^U(-4,4) over cols times its mean), dY ~ U(-1, 1); periods prime to
+  // the row length, so that every row differs.
+  const std::vector<double> py = pattern(1000003, t, -4, 4, 4, true, 1.0 / (cols * 6.822));
+  const std::vector<double> pdy = pattern(999983, t, -1, 1, 5);
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(y.base, t, py, n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, pdy, n));
+  ASSERT_EQ(cudaMemset(dx.base, 0xFF, n * 2), cudaSuccess);
+  const int64_t shape[] = {rows, cols};
+  ASSERT_TRUE(softmax_grad_13({TensorView(dy.base, t, shape, Device::cuda()),
+                               TensorView(y.base, t, shape, Device::cuda()),
+                               TensorView(dx.base, t, shape, Device::cuda())})
+                  .is_ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int64_t> check_rows = {0, 1, rows / 2};
+  for (int64_t r = rows - 300; r < rows; ++r) check_rows.push_back(r);  // all past element 2^31
+  for (int64_t r : check_rows) {
+    const std::vector<double> got = download(dx.base, t, r * cols, cols);
+    double s = 0, s_abs = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      s += py[i % py.size()] * pdy[i % pdy.size()];
+      s_abs += std::fabs(py[i % py.size()] * pdy[i % pdy.size()]);
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      const double yv = py[i % py.size()], gv = pdy[i % pdy.size()], want = yv * (gv - s);
+      // One bf16 rounding, plus f32 arithmetic on a sum of `cols` terms (worst case).
+      const double tol = 0x1p-8 * std::fabs(want) + std::fabs(yv) * (cols * 0x1p-24 * s_abs + 0x1p-22 * std::fabs(gv));
+      ASSERT_LE(std::fabs(got[j] - want), tol) << "dX[" << r << ", " << j << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradops::check

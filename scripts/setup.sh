@@ -8,6 +8,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and microbenchmarks
   libomp-dev                                   # OpenMP for clang users; g++ ships libgomp
+  clang-14 libclang-rt-14-dev                  # sanitizer build and libFuzzer (scripts/sanitize.sh)
   libhwy-dev libsleef-dev                      # SIMD with runtime dispatch, vector math
   python3 python3-numpy python3-onnx python3-matplotlib  # test models, plots
   nodejs npm                                   # fetches the pinned ONNX Runtime package

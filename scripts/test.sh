@@ -7,3 +7,8 @@ cd "$(dirname "$0")/.."
 cmake --preset default
 cmake --build build/default -j"$(nproc)"
 ctest --test-dir build/default --output-on-failure -j"$(nproc)"
+# The same C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer, and a short fuzz run
+# (CPU-only clang build in build/sanitize; GRADOPS_SANITIZE=0 skips it).
+if [ "${GRADOPS_SANITIZE:-1}" != 0 ]; then
+  ./scripts/sanitize.sh
+fi

@@ -100,6 +100,9 @@ Status convert_tensor(const gradops::OpSchema& op, const char* role, std::string
   if (t.device.type != GRADOPS_DEVICE_CPU && t.device.type != GRADOPS_DEVICE_CUDA)
     return invalid(who + " has an unknown device type " + std::to_string(t.device.type));
   const std::span<const int64_t> shape(t.shape, static_cast<std::size_t>(t.rank));
+  // The dense strides of a tensor with elements all fit in int64. The dims of an empty one (or of
+  // one too large, which gradops::run rejects by name) may multiply past it: the running product
+  // stops there rather than overflow, and the outer strides go unchecked (they address nothing).
   if (t.strides) {
     int64_t expect = 1;
     for (int d = t.rank - 1; d >= 0; --d) {
@@ -109,7 +112,7 @@ Status convert_tensor(const gradops::OpSchema& op, const char* role, std::string
         return invalid(who + " has strides " + s + "] that are not dense row-major; gradops needs contiguous "
                        "tensors (pass NULL strides for a dense one)");
       }
-      expect *= std::max<int64_t>(shape[d], 0);
+      if (__builtin_mul_overflow(expect, std::max<int64_t>(shape[d], 0), &expect)) break;
     }
   }
   *v = gradops::TensorView(t.data, static_cast<gradops::DType>(t.dtype), shape,

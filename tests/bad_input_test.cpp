@@ -311,10 +311,7 @@ TEST_P(BadInput, Attributes) {
   {
     CallSpec c = valid_;
     c.attrs.emplace_back("no_such_attribute", 3.0);
-    if (op_->allow_unchecked_attributes)
-      expect_accepted("unknown attribute ignored", c, true);
-    else
-      expect_rejected("unknown attribute", attempt(c), {"no_such_attribute"});
+    expect_rejected("unknown attribute", attempt(c), {"no_such_attribute"});
   }
   for (const AttrSchema& s : op_->attributes) {
     std::vector<double> bad = {std::nan("")};

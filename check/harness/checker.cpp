@@ -17,13 +17,13 @@ struct Buffer {
   const DeviceMemory* dev = nullptr;
   std::byte* dev_base = nullptr;
 
-  Buffer(DType t, std::vector<int64_t> s, bool misaligned, const DeviceMemory* d)
+  Buffer(DType t, std::vector<int64_t> s, bool misaligned, int misalign_bytes, const DeviceMemory* d)
       : dtype(t), shape(std::move(s)), dev(d) {
-    const std::size_t es = dtype_size(t);
-    bytes.resize(nbytes() + 64 + es);
+    const std::size_t es = dtype_size(t), extra = es + static_cast<std::size_t>(misalign_bytes % 64);
+    bytes.resize(nbytes() + 64 + extra);
     const auto base = reinterpret_cast<uintptr_t>(bytes.data());
-    offset = ((64 - base % 64) % 64) + (misaligned ? es : 0);
-    if (dev) dev_base = static_cast<std::byte*>(dev->allocate(nbytes() + 64 + es));
+    offset = ((64 - base % 64) % 64) + (misaligned ? es : 0) + static_cast<std::size_t>(misalign_bytes % 64);
+    if (dev) dev_base = static_cast<std::byte*>(dev->allocate(nbytes() + 64 + extra));
   }
   ~Buffer() {
     if (dev_base) dev->release(dev_base);
@@ -112,7 +112,8 @@ Case::Case(const Problem& p) : impl_(std::make_unique<Impl>()) {
 
   std::vector<DType> in_types;
   for (std::size_t i = 0; i < op.inputs.size(); ++i) in_types.push_back(input_dtype(p, static_cast<int>(i)));
-  const oracle::Tensors inputs = oracle::make_inputs(op.name, p.shape, m.attrs, in_types, rng);
+  oracle::Tensors inputs = oracle::make_inputs(op.name, p.shape, m.attrs, in_types, rng);
+  if (p.edit_inputs) p.edit_inputs(inputs);
   m.expected = oracle::reference(op.name, inputs, m.attrs);
 
   m.in_buf.resize(op.inputs.size());
@@ -123,7 +124,7 @@ Case::Case(const Problem& p) : impl_(std::make_unique<Impl>()) {
   m.out_ptr.assign(op.outputs.size(), nullptr);
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     if (i >= inputs.size() || !inputs[i]) continue;
-    m.in_buf[i] = std::make_unique<Buffer>(in_types[i], inputs[i]->shape, p.misaligned, dev);
+    m.in_buf[i] = std::make_unique<Buffer>(in_types[i], inputs[i]->shape, p.misaligned, p.misalign_bytes, dev);
     for (int64_t e = 0; e < inputs[i]->numel(); ++e) m.in_buf[i]->set(e, inputs[i]->v[e]);
     m.in_buf[i]->upload();
     m.in_view[i] = m.in_buf[i]->view(p.device);
@@ -133,7 +134,7 @@ Case::Case(const Problem& p) : impl_(std::make_unique<Impl>()) {
     const bool skip = o < p.skip_output.size() && p.skip_output[o];
     if (skip || o >= m.expected.size() || !m.expected[o]) continue;
     m.out_buf[o] = std::make_unique<Buffer>(output_dtype(p, static_cast<int>(o)), m.expected[o]->shape,
-                                            p.misaligned, dev);
+                                            p.misaligned, p.misalign_bytes, dev);
     m.out_view[o] = m.out_buf[o]->view(p.device);
     m.out_ptr[o] = &m.out_view[o];
   }
@@ -155,6 +156,7 @@ Status Case::run() {
   Context ctx;
   ctx.num_threads = m.p.threads;
   ctx.cuda_stream = m.p.cuda_stream;
+  ctx.allocator = m.p.allocator;
   return gradops::run(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx);
 }
 
@@ -163,6 +165,7 @@ Status Case::implementation(std::string* name) const {
   Context ctx;
   ctx.num_threads = m.p.threads;
   ctx.cuda_stream = m.p.cuda_stream;
+  ctx.allocator = m.p.allocator;
   return gradops::implementation_name(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx, name);
 }
 
@@ -254,6 +257,7 @@ std::string describe(const Problem& p) {
   for (const auto& [k, v] : p.attrs) s << " " << k << "=" << v;
   if (p.device.type != DeviceType::cpu) s << " " << device_type_name(p.device.type);
   if (p.misaligned) s << " misaligned";
+  if (p.misalign_bytes) s << " +" << p.misalign_bytes << "B";
   if (p.inplace) s << " inplace";
   if (p.threads) s << " threads=" << p.threads;
   return s.str();

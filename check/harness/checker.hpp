@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,12 +29,17 @@ struct Problem {
   std::vector<int64_t> shape;   // the main tensor (X, dY, ...)
   oracle::Attrs attrs;          // overrides; the rest take the schema's defaults
   bool misaligned = false;      // every base pointer offset by one element from 64-byte alignment
+  int misalign_bytes = 0;       // and by this many bytes more: 1 leaves every dtype misaligned
+  // Changes the oracle's inputs (special values) before the reference is computed and the buffers
+  // are filled; values must be representable in each input's dtype (oracle::round_to).
+  std::function<void(oracle::Tensors&)> edit_inputs;
   bool inplace = false;         // write output 0 into input 0's buffer (ops with that alias rule)
   std::vector<bool> skip_output;  // optional outputs to leave out, by index
   int threads = 0;
   uint64_t seed = 1;
   Device device = Device::cpu();
   void* cuda_stream = nullptr;
+  const WorkspaceAllocator* allocator = nullptr;  // the Context's scratch allocator (nullptr: default)
 };
 
 struct Report {

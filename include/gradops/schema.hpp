@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -37,6 +38,17 @@ struct AttrSchema {
   bool required;    // no default (BatchNormalizationGrad's epsilon)
   bool extension;   // gradops-only, not in ORT's schema
   std::string_view doc;
+  // The valid range, checked for every call by every entry point (for a FLOAT attribute, on the
+  // value after rounding to f32): [min, max], or open at an end whose *_open flag is set. The
+  // defaults admit every finite value; no attribute admits NaN or an infinity.
+  double min = -std::numeric_limits<float>::max();
+  double max = std::numeric_limits<float>::max();
+  bool min_open = false;
+  bool max_open = false;
+
+  bool in_range(double v) const noexcept {
+    return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
+  }
 };
 
 struct ArgSchema {
@@ -65,7 +77,10 @@ struct OpSchema {
   int since_version;
   OpFamily family;
   bool gradient;            // one of the 17 gradient operators
-  bool allow_unchecked_attributes;  // unknown attribute names are ignored rather than rejected
+  // ORT's own schema does not check attribute names for this op (its gradient builder copies the
+  // forward node's attributes onto it). Informational only: gradops' entry points reject unknown
+  // names for every op, and the ONNX Runtime adapter reads only the attributes the table lists.
+  bool allow_unchecked_attributes;
   std::span<const std::string_view> type_vars;  // "T", or "T","U","V", or "T","T1","T2"
   std::span<const ArgSchema> inputs;
   std::span<const ArgSchema> outputs;

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/workspace.hpp"
+#include "gradops/schema.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
@@ -251,7 +252,7 @@ Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
   const int64_t chunks = chunk_count(rows, sum_rows);
   ::gradops::detail::Workspace ws;
   const auto bytes = sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(chunks, 1) * cols);
-  if (Status s = ws.allocate(ctx, Device::cpu(), bytes, "BiasGeluGrad_dX"); !s) return s;
+  if (Status s = ws.allocate(ctx, Device::cpu(), bytes, op_schema(d.op).name); !s) return s;
   A* partial = ws.as<A>();
   if (chunks == 0) std::fill(partial, partial + cols, A(0));  // no rows: dB = 0
   parallel_for(chunks, 1, ctx, [&](int64_t c0, int64_t c1) {
@@ -274,7 +275,7 @@ Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
     }
     for (; j < j1; ++j)
       for (int64_t c = 1; c < chunks; ++c) partial[j] += partial[c * cols + j];
-    for (j = j0; j < j1; ++j) db[j] = static_cast<T>(static_cast<std::conditional_t<sizeof(T) == 2, float, A>>(partial[j]));
+    for (j = j0; j < j1; ++j) store(db, j, static_cast<std::conditional_t<sizeof(T) == 2, float, A>>(partial[j]));
   });
   return {};
 }

@@ -175,7 +175,7 @@ template <class D, class T>
 HWY_INLINE hn::Vec<D> LoadWideN(D d, const T* HWY_RESTRICT p, int64_t valid) {
   if (valid == static_cast<int64_t>(hn::Lanes(d))) return LoadWide(d, p);
   T pad[hn::MaxLanes(d)] = {};
-  for (int64_t i = 0; i < valid; ++i) pad[i] = p[i];
+  std::memcpy(pad, p, static_cast<std::size_t>(valid) * sizeof(T));  // p may be unaligned for T
   return LoadWide(d, pad);
 }
 
@@ -185,7 +185,7 @@ HWY_INLINE void StoreNarrowN(D d, hn::Vec<D> v, T* HWY_RESTRICT p, int64_t valid
   if (valid == static_cast<int64_t>(hn::Lanes(d))) return StoreNarrow(d, v, p);
   T pad[hn::MaxLanes(d)];
   StoreNarrow(d, v, pad);
-  for (int64_t i = 0; i < valid; ++i) p[i] = pad[i];
+  std::memcpy(p, pad, static_cast<std::size_t>(valid) * sizeof(T));  // p may be unaligned for T
 }
 
 // ---- vector math ------------------------------------------------------------------------------

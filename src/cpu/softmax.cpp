@@ -31,6 +31,7 @@
 #include <limits>
 
 #include "core/workspace.hpp"
+#include "gradops/schema.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
@@ -58,14 +59,14 @@ template <class D> using V = hn::Vec<D>;
 // range(u0, u1, scratch) on each; every thread gets its own `scratch_len` compute values (64-byte
 // aligned).
 template <class A, class F>
-Status ForEachRange(int64_t units, int64_t grain, int64_t scratch_len, const Context& ctx, F&& range) {
+Status ForEachRange(OpId op, int64_t units, int64_t grain, int64_t scratch_len, const Context& ctx, F&& range) {
   const int64_t slots = std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1)));
   ::gradops::detail::Workspace ws;
   A* scratch = nullptr;
   if (scratch_len > 0) {
     scratch_len = (scratch_len + 15) / 16 * 16;  // keeps every slot 64-byte aligned
     const auto bytes = sizeof(A) * static_cast<std::size_t>(slots * scratch_len);
-    if (Status s = ws.allocate(ctx, Device::cpu(), bytes, "Softmax"); !s) return s;
+    if (Status s = ws.allocate(ctx, Device::cpu(), bytes, op_schema(op).name); !s) return s;
     scratch = ws.as<A>();
   }
   parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
@@ -164,7 +165,7 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
   };
   // Parked values sit at their column; the write pass may read a vector starting anywhere in the
   // row (after an aligning head), hence one vector of slack.
-  return ForEachRange<A>(desc.outer, kGrain / n, park ? n + L : 0, ctx, range);
+  return ForEachRange<A>(desc.op, desc.outer, kGrain / n, park ? n + L : 0, ctx, range);
 }
 
 // ---- inner > 1: a non-last axis, in place on the strided data --------------------------------
@@ -254,7 +255,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     }
   };
   const int64_t scratch = park ? n * padded + L : 0;
-  return ForEachRange<A>(desc.outer * per_slice, kGrain / (block * n), scratch, ctx, [&](int64_t b0, int64_t b1, A* sc) {
+  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / (block * n), scratch, ctx, [&](int64_t b0, int64_t b1, A* sc) {
     for (int64_t b = b0; b < b1; ++b) unit(b, sc);
   });
 }

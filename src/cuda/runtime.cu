@@ -81,4 +81,20 @@ bool default_device_allocator(Device device, void* cuda_stream, WorkspaceAllocat
   return true;
 }
 
+Status check_cuda_device(std::string_view op, Device device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::device_error, std::string(op) + ": no usable CUDA device for a cuda:" +
+                                                std::to_string(device.index) + " tensor (cudaGetDeviceCount: " +
+                                                cudaGetErrorName(e) + ", " + cudaGetErrorString(e) + ")");
+  }
+  if (device.index >= count)
+    return Status(StatusCode::invalid_argument, std::string(op) + ": tensors are on cuda:" +
+                                                    std::to_string(device.index) + " but this machine has " +
+                                                    std::to_string(count) + " CUDA device(s)");
+  return {};
+}
+
 }  // namespace gradops::detail

@@ -43,6 +43,11 @@ Status normalize_axis(const OpCall& c, int64_t axis, int rank, int* out);
 // Product of dims [begin, end).
 int64_t dims_product(const TensorView& t, int begin, int end);
 
+// ok when `device` (a CUDA device) is usable: device_error without a working driver or device,
+// invalid_argument for an ordinal past the device count. ok in a build without CUDA, whose dispatch
+// then reports the call as unimplemented. (src/cuda/runtime.cu, src/core/no_cuda.cpp)
+Status check_cuda_device(std::string_view op, Device device);
+
 // Family entry points (src/ops/<family>.cpp): shape rules, descriptor, dispatch.
 Status run_activation(const OpCall& c, const Context& ctx);
 Status run_softmax(const OpCall& c, const Context& ctx);

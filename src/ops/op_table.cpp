@@ -1,6 +1,7 @@
 // The op table. Names, input/output order, attributes and defaults are ONNX Runtime's
 // (docs/semantics.md Part B); signatures are ORT's plus the extensions of Part A.
 #include <algorithm>
+#include <limits>
 
 #include "gradops/schema.hpp"
 
@@ -114,30 +115,54 @@ constexpr ArgSchema kOut_BatchNormInternal[] = {
 
 // ---- attributes -------------------------------------------------------------------------------
 
+// Ranges (min, max, min_open, max_open): FLOAT attributes are checked after rounding to f32, so
+// kFinite's ends are the largest finite floats and a value that rounds to infinity is rejected.
+constexpr double kFltMax = std::numeric_limits<float>::max();
+constexpr double kIntMax = 9.0e15;  // every integer up to here is exact in the double that carries it
+
 constexpr AttrSchema kQuickGeluAttrs[] = {
-    {"alpha", AttrType::float32, 1.702, false, kOrt, "sigmoid scale; 1 gives SiLU"}};
+    {"alpha", AttrType::float32, 1.702, false, kOrt, "sigmoid scale; 1 gives SiLU; any finite value",
+     -kFltMax, kFltMax}};
 constexpr AttrSchema kLeakyReluAttrs[] = {
-    {"alpha", AttrType::float32, 0.01, false, kOrt, "slope for non-positive values"}};
+    {"alpha", AttrType::float32, 0.01, false, kOrt, "slope for non-positive values; any finite value",
+     -kFltMax, kFltMax}};
 constexpr AttrSchema kLeakyReluGradAttrs[] = {
-    {"alpha", AttrType::float32, 0.01, false, kOrt, "slope for non-positive Y; must be >= 0"}};
+    {"alpha", AttrType::float32, 0.01, false, kOrt,
+     "slope for non-positive Y; finite and >= 0 (the mask on Y is only a correct gradient for alpha >= 0)",
+     0, kFltMax}};
 constexpr AttrSchema kAxis1[] = {
-    {"axis", AttrType::int64, 1, false, kOrt, "the tensor is coerced to 2-D at this axis"}};
+    {"axis", AttrType::int64, 1, false, kOrt, "the tensor is coerced to 2-D at this axis; in [-rank, rank)",
+     -kIntMax, kIntMax}};
 constexpr AttrSchema kAxisMinus1[] = {
-    {"axis", AttrType::int64, -1, false, kOrt, "the single axis reduced over"}};
+    {"axis", AttrType::int64, -1, false, kOrt, "the single axis reduced over; in [-rank, rank)", -kIntMax,
+     kIntMax}};
+// ORT's gradient builder copies the forward node's epsilon and stash_type onto these nodes (its
+// schemas allow unchecked attributes): accepted and range-checked so such graphs map node by node,
+// not read; any other name is rejected.
 constexpr AttrSchema kNormGradAttrs[] = {
-    {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension"}};
+    {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension; in [-rank, rank)", -kIntMax,
+     kIntMax},
+    {"epsilon", AttrType::float32, 1e-5, false, kOrt,
+     "not read (the saved statistics include it); accepted as ORT's gradient builder sets it; finite and >= 0",
+     0, kFltMax},
+    {"stash_type", AttrType::int64, 1, false, kOrt,
+     "not read; accepted as ORT's gradient builder sets it", -kIntMax, kIntMax}};
 constexpr AttrSchema kNormAttrs[] = {
-    {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension"},
-    {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance"},
-    {"stash_type", AttrType::int64, 1, false, kOrt, "ONNX type of the statistics (1 float, 11 double)"}};
+    {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension; in [-rank, rank)", -kIntMax,
+     kIntMax},
+    {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
+    {"stash_type", AttrType::int64, 1, false, kOrt,
+     "ONNX type of the statistics (1 float, 11 double); not read: the statistics' dtype U decides", -kIntMax,
+     kIntMax}};
 constexpr AttrSchema kBatchNormGradAttrs[] = {
-    {"epsilon", AttrType::float32, 0, true, kOrt, "required; unused, the saved inverse std includes it"},
-    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis"}};
+    {"epsilon", AttrType::float32, 0, true, kOrt,
+     "required; finite and >= 0; unused, the saved inverse std includes it", 0, kFltMax},
+    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 constexpr AttrSchema kBatchNormInternalAttrs[] = {
-    {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance"},
-    {"momentum", AttrType::float32, 0.9, false, kOrt, "weight of the old running value"},
-    {"training_mode", AttrType::int64, 1, false, kOrt, "must be 1: gradops runs the training form"},
-    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis"}};
+    {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
+    {"momentum", AttrType::float32, 0.9, false, kOrt, "weight of the old running value; in [0, 1]", 0, 1},
+    {"training_mode", AttrType::int64, 1, false, kOrt, "must be 1: gradops runs the training form", 1, 1},
+    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 
 // ---- the table --------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 // to the op's family. Nothing here or in a family's op layer writes to an output.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 
 #include "cpu/simd.hpp"
@@ -27,6 +29,39 @@ std::string allowed_signatures(const OpSchema& op) {
   return r;
 }
 
+std::string number_string(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+// v rounded to f32 (to nearest, ties to even) as a double, without the out-of-range conversion
+// that C++ leaves undefined: beyond the largest float, halfway to the next power of two rounds up
+// to infinity.
+double as_f32(double v) {
+  const double fmax = std::numeric_limits<float>::max();
+  if (std::fabs(v) <= fmax) return static_cast<double>(static_cast<float>(v));
+  const double halfway = fmax + std::ldexp(1.0, 103);  // the largest float plus half its ulp
+  if (std::fabs(v) < halfway) return std::copysign(fmax, v);
+  return std::copysign(std::numeric_limits<double>::infinity(), v);
+}
+
+// "a finite value >= 0", "a value in [0, 1]", "1": the schema's range in words.
+std::string range_string(const AttrSchema& s) {
+  const double fmax = std::numeric_limits<float>::max();
+  const bool lo = s.min > -fmax, hi = s.max < fmax;
+  if (s.type == AttrType::int64 && s.min == s.max) return number_string(s.min);
+  if (!lo && !hi) return s.type == AttrType::int64 ? "an integer" : "a finite value";
+  const std::string kind = s.type == AttrType::int64 ? "an integer" : "a finite value";
+  if (!hi) return kind + (s.min_open ? " > " : " >= ") + number_string(s.min);
+  if (!lo) return kind + (s.max_open ? " < " : " <= ") + number_string(s.max);
+  return std::string(s.type == AttrType::int64 ? "an integer" : "a value") + " in " + (s.min_open ? "(" : "[") +
+         number_string(s.min) + ", " + number_string(s.max) + (s.max_open ? ")" : "]");
+}
+
+// Every attribute is checked here, once, for every op and every entry point: the name must be one
+// the op has (a misspelling must not silently run with the default), each given once, of its type,
+// within the range the op table documents.
 Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
   const OpSchema& op = *c.op;
   std::array<bool, kMaxAttrs> given{};
@@ -34,25 +69,29 @@ Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
   for (const Attribute& a : attributes) {
     const int i = op.find_attribute(a.name);
     if (i < 0) {
-      if (op.allow_unchecked_attributes) continue;
       std::string known;
       for (const AttrSchema& s : op.attributes) known += (known.empty() ? "" : ", ") + std::string(s.name);
       return invalid(c, "unknown attribute '" + std::string(a.name) + "' (this op takes " +
                             (known.empty() ? std::string("none") : known) + ")");
     }
     const AttrSchema& s = op.attributes[i];
-    if (given[i]) return invalid(c, "attribute '" + std::string(a.name) + "' is given twice");
+    const std::string who = "attribute '" + std::string(a.name) + "'";
+    if (given[i]) return invalid(c, who + " is given twice");
     given[i] = true;
+    if (std::isnan(a.value)) return invalid(c, who + " is NaN, expected " + range_string(s) + " (" + std::string(s.doc) + ")");
+    double v = a.value;
     if (s.type == AttrType::int64) {
-      if (!(std::nearbyint(a.value) == a.value) || std::fabs(a.value) > 9.0e15)
-        return invalid(c, "attribute '" + std::string(a.name) + "' must be an integer, got " +
-                              std::to_string(a.value));
-      c.attr[i] = a.value;
+      if (!(std::nearbyint(v) == v) || std::fabs(v) > 9.0e15)
+        return invalid(c, who + " must be an integer, got " + number_string(v));
     } else {
-      if (std::isnan(a.value))
-        return invalid(c, "attribute '" + std::string(a.name) + "' is NaN");
-      c.attr[i] = static_cast<double>(static_cast<float>(a.value));  // FLOAT attributes are f32
+      v = as_f32(v);  // FLOAT attributes are f32
     }
+    if (!s.in_range(v) || std::isinf(v))
+      return invalid(c, who + " is " + number_string(a.value) +
+                            (v != a.value && !std::isinf(v) ? " (" + number_string(v) + " as f32)" : std::string()) +
+                            (std::isinf(v) && !std::isinf(a.value) ? " (infinite as f32)" : std::string()) +
+                            ", expected " + range_string(s) + " (" + std::string(s.doc) + ")");
+    c.attr[i] = v;
   }
   for (std::size_t i = 0; i < op.attributes.size(); ++i)
     if (op.attributes[i].required && !given[i])
@@ -77,6 +116,11 @@ Status check_tensor(const OpCall& c, const char* role, std::string_view name, co
     return invalid(c, who + " has null data but " + std::to_string(t.numel()) + " elements");
   if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda)
     return invalid(c, who + " has an unknown device type");
+  if (t.device.type == DeviceType::cpu && t.device.index != 0)
+    return invalid(c, who + " is on cpu:" + std::to_string(t.device.index) + "; the CPU device index must be 0");
+  if (t.device.type == DeviceType::cuda && t.device.index < 0)
+    return invalid(c, who + " is on cuda:" + std::to_string(t.device.index) +
+                          "; a CUDA device index must be >= 0");
   return {};
 }
 
@@ -193,8 +237,12 @@ Status normalize_axis(const OpCall& c, int64_t axis, int rank, int* out) {
 }
 
 int64_t dims_product(const TensorView& t, int begin, int end) {
+  // A validated tensor with elements has a product that fits in int64, and so has every part of
+  // it; only an empty tensor's other dims can multiply past it, and with no elements 0 is as good a
+  // count as any.
   int64_t p = 1;
-  for (int d = begin; d < end; ++d) p *= t.dims[d];
+  for (int d = begin; d < end; ++d)
+    if (__builtin_mul_overflow(p, t.dims[d], &p)) return 0;
   return p;
 }
 
@@ -245,6 +293,10 @@ Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
   if (Status s = check_all("output", op.outputs, c.out); !s) return s;
   if (Status s = check_types(c); !s) return s;
   if (Status s = check_aliasing(c); !s) return s;
+  // Running and resolving (implementation_name) must agree: a CUDA call without a usable driver or
+  // with an ordinal past the device count fails the same way in both, before any dispatch.
+  if (c.device.type == DeviceType::cuda)
+    if (Status s = check_cuda_device(op.name, c.device); !s) return s;
 
   switch (op.family) {
     case OpFamily::activation: return run_activation(c, ctx);

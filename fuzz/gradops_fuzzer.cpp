@@ -1,0 +1,349 @@
+// libFuzzer target over the by-name C entry point, gradops_run.
+//
+// Each input picks an operator, a dtype signature, a small main shape and attribute values, builds
+// the valid call the float64 oracle makes for them, then applies up to four mutations: a dtype
+// code, rank or dim changed (to 0, huge, negative, or so that products overflow), strides, device,
+// an input or output dropped, added or NULL, attributes unknown, misspelled, duplicated, out of
+// range or NaN, an output aliased to an input or overlapping it. Every buffer sits at a random byte
+// offset (misaligned for its dtype) between guard bands of pattern bytes. The verdict:
+//  - a non-ok status has a message and leaves every byte of every buffer and guard untouched;
+//  - an ok status leaves the guards and the inputs untouched (an allowed in-place output aside);
+//  - an ok call that is the oracle's valid call (mutations that keep a call valid included) matches
+//    the float64 reference within the op's tolerance, NaN- and infinity-aware.
+// ASan, UBSan and LeakSanitizer (libFuzzer's -detect_leaks) catch the rest; -timeout the hangs.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gradops/gradops.h"
+#include "harness/call_buffers.hpp"
+#include "harness/checker.hpp"
+
+namespace {
+
+using namespace gradops;
+
+constexpr std::size_t kGuard = 64;
+constexpr int64_t kMaxElements = 4096;
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "gradops_fuzzer: %s\n", what.c_str());
+  std::abort();
+}
+
+// One tensor's storage: guard | data | guard, the data at `offset` bytes past 64-byte alignment.
+struct Storage {
+  std::vector<unsigned char> bytes, snapshot;
+  std::size_t data_at = 0, data_len = 0;
+  void* data() { return bytes.data() + data_at; }
+};
+
+unsigned char pattern(std::size_t id, std::size_t i) { return static_cast<unsigned char>(0xA5u ^ (31u * id + 7u * i)); }
+
+double attr_value(FuzzedDataProvider& f, const AttrSchema& a) {
+  switch (f.ConsumeIntegralInRange<int>(0, 9)) {
+    case 0: return std::numeric_limits<double>::quiet_NaN();
+    case 1: return f.ConsumeBool() ? INFINITY : -INFINITY;
+    case 2: return f.ConsumeFloatingPoint<double>();
+    case 3: return a.min;
+    case 4: return a.max;
+    case 5: return a.min - 1;
+    case 6: return a.max + (a.type == AttrType::int64 ? 1 : 1e30);
+    case 7: return static_cast<double>(f.ConsumeIntegralInRange<int>(-4, 4));
+    case 8: return f.ConsumeFloatingPointInRange<double>(-2, 2);
+    default: return a.default_value;
+  }
+}
+
+int64_t mutated_dim(FuzzedDataProvider& f) {
+  switch (f.ConsumeIntegralInRange<int>(0, 6)) {
+    case 0: return 0;
+    case 1: return -f.ConsumeIntegralInRange<int64_t>(1, std::numeric_limits<int64_t>::max());
+    case 2: return int64_t{1} << f.ConsumeIntegralInRange<int>(31, 62);
+    case 3: return std::numeric_limits<int64_t>::max();
+    case 4: return f.ConsumeIntegralInRange<int64_t>(1, 9);
+    default: return f.ConsumeIntegral<int64_t>();
+  }
+}
+
+int64_t numel_or_minus1(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d == 0) return 0;
+  }
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) return -1;
+  return n;
+}
+
+struct Tensor {
+  bool present = false;
+  int32_t dtype = 0;
+  gradops_device device{GRADOPS_DEVICE_CPU, 0};
+  std::vector<int64_t> shape, strides;
+  bool use_strides = false;
+  int alias_of_input = -1;  // output placed on input k's storage
+  int64_t alias_shift = 0;  // in bytes, for overlaps
+  std::size_t storage = 0;
+};
+
+int run_one(const uint8_t* data, std::size_t size) {
+  FuzzedDataProvider f(data, size);
+  const auto ops = op_schemas();
+  const OpSchema& op = ops[f.ConsumeIntegralInRange<std::size_t>(0, ops.size() - 1)];
+  const TypeSignature& sig = op.signatures[f.ConsumeIntegralInRange<std::size_t>(0, op.signatures.size() - 1)];
+  std::vector<int64_t> main_shape(f.ConsumeIntegralInRange<std::size_t>(1, 4));
+  for (int64_t& d : main_shape) d = f.ConsumeIntegralInRange<int64_t>(0, 19);
+  while (numel_or_minus1(main_shape) > kMaxElements / 4) *std::max_element(main_shape.begin(), main_shape.end()) /= 2;
+  oracle::Attrs overrides;
+  for (const AttrSchema& a : op.attributes)
+    if (f.ConsumeBool()) {
+      // Mostly valid values, so that the oracle comparison sees non-default attributes.
+      double v = a.type == AttrType::int64 ? static_cast<double>(f.ConsumeIntegralInRange<int>(-3, 3))
+                                            : f.ConsumeFloatingPointInRange<double>(0, 1);
+      if (a.name == "axis") v = static_cast<double>(f.ConsumeIntegralInRange<int>(-static_cast<int>(main_shape.size()),
+                                                                                   static_cast<int>(main_shape.size()) - 1));
+      if (a.type == AttrType::int64 && (v < a.min || v > a.max)) v = a.min;
+      overrides[std::string(a.name)] = v;
+    }
+  testing::CallSpec spec;
+  try {
+    spec = testing::valid_call(op, main_shape, sig, overrides, f.ConsumeIntegral<uint32_t>());
+  } catch (const std::exception&) {
+    return 0;  // shapes the oracle has no valid call for (rank 1 for BatchNorm's channels, ...)
+  }
+  // Every attribute explicitly, as the oracle used them.
+  std::vector<std::pair<std::string, double>> attrs = spec.attrs;
+
+  std::vector<Tensor> in(spec.in.size()), out(spec.out.size());
+  auto from_spec = [](const testing::ArgSpec& a) {
+    Tensor t;
+    t.present = a.present;
+    t.dtype = static_cast<int32_t>(a.dtype);
+    t.shape = a.shape;
+    return t;
+  };
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = from_spec(spec.in[i]);
+  for (std::size_t o = 0; o < out.size(); ++o) out[o] = from_spec(spec.out[o]);
+  std::size_t num_in = in.size(), num_out = out.size();
+  std::string op_name(op.name);
+  int threads = f.ConsumeIntegralInRange<int>(0, 3);
+
+  // Mutations. `keeps_valid` stays true for those that leave a valid call valid.
+  bool keeps_valid = true;
+  const int mutations = f.ConsumeIntegralInRange<int>(0, 4);
+  for (int m = 0; m < mutations; ++m) {
+    const bool pick_out = f.ConsumeBool();
+    std::vector<Tensor>& side = pick_out ? out : in;
+    Tensor& t = side[f.ConsumeIntegralInRange<std::size_t>(0, side.size() - 1)];
+    switch (f.ConsumeIntegralInRange<int>(0, 17)) {
+      case 0: t.dtype = f.ConsumeIntegralInRange<int32_t>(-2, 6); keeps_valid = false; break;
+      case 1: t.shape.resize(f.ConsumeIntegralInRange<std::size_t>(0, 9)); keeps_valid = false; break;
+      case 2:
+      case 3:
+        if (!t.shape.empty()) t.shape[f.ConsumeIntegralInRange<std::size_t>(0, t.shape.size() - 1)] = mutated_dim(f);
+        keeps_valid = false;
+        break;
+      case 4:
+        t.use_strides = true;
+        t.strides.assign(t.shape.size(), 0);
+        for (int64_t& s : t.strides) s = f.ConsumeBool() ? mutated_dim(f) : f.ConsumeIntegralInRange<int64_t>(0, 64);
+        keeps_valid = false;
+        break;
+      case 5: {  // dense strides, spelled out: still valid
+        t.use_strides = true;
+        t.strides.assign(t.shape.size(), 1);
+        int64_t s = 1;
+        for (std::size_t d = t.shape.size(); d-- > 0;) {
+          t.strides[d] = s;
+          s *= t.shape[d] > 0 ? t.shape[d] : 1;
+        }
+        break;
+      }
+      case 6:
+        t.device = {f.ConsumeIntegralInRange<int32_t>(-1, 3), f.ConsumeIntegralInRange<int32_t>(-2, 6)};
+        keeps_valid = false;
+        break;
+      case 7: t.present = false; keeps_valid = false; break;  // NULL entry (valid for an optional output)
+      case 8: num_in = f.ConsumeIntegralInRange<std::size_t>(0, 6); keeps_valid = false; break;
+      case 9: num_out = f.ConsumeIntegralInRange<std::size_t>(0, 6); keeps_valid = false; break;
+      case 10: attrs.emplace_back(f.ConsumeRandomLengthString(12), f.ConsumeFloatingPoint<double>()); keeps_valid = false; break;
+      case 11:
+        if (!attrs.empty()) {
+          std::string& n = attrs[f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)].first;
+          if (!n.empty()) n[f.ConsumeIntegralInRange<std::size_t>(0, n.size() - 1)] ^= 0x20;  // a case typo
+        }
+        keeps_valid = false;
+        break;
+      case 12:
+        if (!attrs.empty()) attrs.push_back(attrs[f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)]);
+        keeps_valid = false;
+        break;
+      case 13:
+        if (!attrs.empty()) {
+          auto& [n, v] = attrs[f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)];
+          const int k = op.find_attribute(n);
+          if (k >= 0) v = attr_value(f, op.attributes[k]);
+        }
+        keeps_valid = false;
+        break;
+      case 14:
+        if (pick_out && !in.empty()) {
+          t.alias_of_input = f.ConsumeIntegralInRange<int>(0, static_cast<int>(in.size()) - 1);
+          t.alias_shift = f.ConsumeIntegralInRange<int64_t>(-16, 16);
+          keeps_valid = false;
+        }
+        break;
+      case 15: op_name = f.ConsumeRandomLengthString(24); keeps_valid = false; break;
+      case 16: threads = f.ConsumeIntegralInRange<int>(-2, 64); keeps_valid = false; break;
+      default:  // the default takes over (a required one goes missing)
+        if (!attrs.empty()) attrs.erase(attrs.begin() + static_cast<std::ptrdiff_t>(f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)));
+        keeps_valid = false;
+        break;
+    }
+  }
+
+  // Storage: one per present tensor, at a random misalignment, sized for its shape when that is
+  // small, else a small region (a call that large must be rejected or empty).
+  std::vector<Storage> store;
+  auto place = [&](Tensor& t) {
+    if (!t.present) return;
+    const int64_t n = numel_or_minus1(t.shape);
+    const std::size_t es = t.dtype >= 0 && t.dtype <= 3 ? dtype_size(static_cast<DType>(t.dtype)) : 4;
+    const std::size_t len = n >= 0 && n <= kMaxElements ? static_cast<std::size_t>(n) * es : 16;
+    Storage s;
+    const std::size_t shift = f.ConsumeIntegralInRange<std::size_t>(0, 7);
+    s.bytes.resize(len + 2 * kGuard + 64 + shift);
+    const auto base = reinterpret_cast<uintptr_t>(s.bytes.data()) + kGuard;
+    s.data_at = kGuard + (64 - base % 64) % 64 + shift;
+    s.data_len = len;
+    for (std::size_t i = 0; i < s.bytes.size(); ++i) s.bytes[i] = pattern(store.size(), i);
+    t.storage = store.size();
+    store.push_back(std::move(s));
+  };
+  for (Tensor& t : in) place(t);
+  for (Tensor& t : out) place(t);
+  // Inputs hold the oracle's values where the dtype and shape are still the spec's.
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].present || in[i].dtype != static_cast<int32_t>(spec.in[i].dtype) || in[i].shape != spec.in[i].shape)
+      continue;
+    const std::vector<double>& v = spec.in_values[i];
+    Storage& s = store[in[i].storage];
+    const std::size_t es = dtype_size(spec.in[i].dtype);
+    for (std::size_t e = 0; e < v.size() && (e + 1) * es <= s.data_len; ++e)
+      testing::store(spec.in[i].dtype, reinterpret_cast<std::byte*>(s.data()) + e * es, v[e]);
+  }
+  for (Storage& s : store) s.snapshot = s.bytes;
+
+  auto c_tensor = [&](const Tensor& t, bool output) {
+    gradops_tensor c{};
+    c.device = t.device;
+    c.rank = static_cast<int32_t>(t.shape.size());
+    c.dtype = t.dtype;
+    c.shape = t.shape.data();
+    c.strides = t.use_strides ? t.strides.data() : nullptr;
+    if (output && t.alias_of_input >= 0 && in[static_cast<std::size_t>(t.alias_of_input)].present) {
+      Storage& s = store[in[static_cast<std::size_t>(t.alias_of_input)].storage];
+      c.data = static_cast<unsigned char*>(s.data()) + t.alias_shift;  // stays inside the guard bands
+    } else {
+      c.data = store[t.storage].data();
+    }
+    return c;
+  };
+  std::vector<gradops_tensor> cin(in.size()), cout(out.size());
+  std::vector<const gradops_tensor*> pin(std::max<std::size_t>(num_in, 1), nullptr),
+      pout(std::max<std::size_t>(num_out, 1), nullptr);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i].present) cin[i] = c_tensor(in[i], false);
+  for (std::size_t o = 0; o < out.size(); ++o)
+    if (out[o].present) cout[o] = c_tensor(out[o], true);
+  for (std::size_t i = 0; i < num_in; ++i) pin[i] = i < in.size() && in[i].present ? &cin[i] : (i < in.size() ? nullptr : &cin[0]);
+  for (std::size_t o = 0; o < num_out; ++o) pout[o] = o < out.size() && out[o].present ? &cout[o] : (o < out.size() ? nullptr : &cout[0]);
+  std::vector<gradops_attribute> cattrs;
+  for (const auto& [n, v] : attrs) cattrs.push_back({n.c_str(), v});
+  gradops_context ctx{};
+  ctx.num_threads = threads;
+
+  const gradops_status s = gradops_run(op_name.c_str(), pin.data(), num_in, pout.data(), num_out, cattrs.data(),
+                                       cattrs.size(), &ctx);
+  const std::string msg = gradops_last_error();
+
+  if (s != GRADOPS_OK) {
+    if (msg.empty()) fail(op_name + ": status " + gradops_status_string(s) + " without a message");
+    if (s == GRADOPS_INTERNAL) fail(op_name + ": internal error: " + msg);
+    for (std::size_t b = 0; b < store.size(); ++b)
+      if (store[b].bytes != store[b].snapshot) fail(op_name + ": rejected (" + msg + ") but buffer " + std::to_string(b) + " changed");
+    return 0;
+  }
+  if (!msg.empty()) fail(op_name + ": ok with a message: " + msg);
+  // ok: guards intact everywhere; inputs intact unless an output was allowed onto them.
+  bool any_alias = false;
+  for (const Tensor& t : out) any_alias = any_alias || (t.present && t.alias_of_input >= 0);
+  for (std::size_t b = 0; b < store.size(); ++b) {
+    const Storage& st = store[b];
+    for (std::size_t i = 0; i < st.bytes.size(); ++i) {
+      const bool in_data = i >= st.data_at && i < st.data_at + st.data_len;
+      if (in_data) continue;
+      if (st.bytes[i] != st.snapshot[i]) fail(op_name + ": a guard byte of buffer " + std::to_string(b) + " changed");
+    }
+  }
+  if (!any_alias)
+    for (const Tensor& t : in)
+      if (t.present && store[t.storage].bytes != store[t.storage].snapshot) fail(op_name + ": an input changed");
+  if (!keeps_valid || any_alias) return 0;
+
+  // The oracle's valid call (perhaps with dense strides spelled out, misaligned, fewer optional
+  // outputs, other thread counts): every written output matches the float64 reference.
+  check::Problem p;
+  p.op = op.id;
+  p.sig = sig;
+  p.shape = main_shape;
+  for (const auto& [k, v] : overrides) p.attrs[k] = v;
+  oracle::Tensors inputs;
+  for (std::size_t i = 0; i < spec.in.size(); ++i) {
+    if (!spec.in[i].present) {
+      inputs.emplace_back();
+      continue;
+    }
+    oracle::Tensor t(spec.in[i].shape);
+    t.v = spec.in_values[i];
+    inputs.emplace_back(std::move(t));
+  }
+  const oracle::Tensors want = oracle::reference(op.name, inputs, check::full_attrs(p));
+  for (std::size_t o = 0; o < out.size(); ++o) {
+    if (!out[o].present || o >= want.size() || !want[o]) continue;
+    const check::Tolerance tol = check::tolerance(p, static_cast<int>(o));
+    const DType t = static_cast<DType>(out[o].dtype);
+    const std::size_t es = dtype_size(t);
+    const unsigned char* d = static_cast<const unsigned char*>(store[out[o].storage].data());
+    for (std::size_t e = 0; e < want[o]->v.size(); ++e) {
+      double got = 0;
+      switch (t) {
+        case DType::f32: { float x; std::memcpy(&x, d + e * es, 4); got = x; break; }
+        case DType::f64: std::memcpy(&got, d + e * es, 8); break;
+        case DType::f16: { half x; std::memcpy(&x, d + e * es, 2); got = static_cast<float>(x); break; }
+        case DType::bf16: { bfloat16 x; std::memcpy(&x, d + e * es, 2); got = static_cast<float>(x); break; }
+      }
+      const double w = want[o]->v[e];
+      const bool ok = (std::isnan(w) && std::isnan(got)) ||
+                      (std::isinf(oracle::round_to(t, w)) ? got == oracle::round_to(t, w)
+                                                          : std::fabs(got - w) <= tol.abs + tol.rel * std::fabs(w));
+      if (!ok)
+        fail(op_name + ": " + std::string(op.outputs[o].name) + "[" + std::to_string(e) + "] = " + std::to_string(got) +
+             ", oracle " + std::to_string(w) + " (" + check::describe(p) + ")");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) { return run_one(data, size); }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The sanitizer part of the test command (scripts/test.sh calls it after the main suite):
+#  1. a CPU-only clang build with AddressSanitizer + UndefinedBehaviorSanitizer, no recovery (the
+#     first report fails the test), LeakSanitizer on;
+#  2. the whole C++ test suite under it, but for the filter below;
+#  3. a short libFuzzer run of fuzz/gradops_fuzzer on the committed seed corpus (fuzz/corpus).
+# Options: --no-fuzz skips 3; --fuzz-runs N (default 20000) sets its length;
+#          --build-only builds and stops; GRADOPS_SANITIZE_BUILD overrides the build directory;
+#          --tsan instead builds build/tsan with ThreadSanitizer and runs the concurrency tests
+#          (not part of the test command; docs/robustness.md has its result).
+#
+# Left out: the command-line tool's tests (the tool is not built here; its checks run every op
+# through the same library code the unit tests cover). ThreadSanitizer is not part of this script;
+# docs/robustness.md says how it was run and what it found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzz=1 fuzz_runs=20000 build_only=0 tsan=0
+while (($#)); do
+  case "$1" in
+    --tsan) tsan=1 ;;
+    --no-fuzz) fuzz=0 ;;
+    --fuzz-runs) fuzz_runs="$2"; shift ;;
+    --build-only) build_only=1 ;;
+    *) echo "sanitize.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+build="${GRADOPS_SANITIZE_BUILD:-build/sanitize}"
+cc=clang-14 cxx=clang++-14
+command -v "$cxx" >/dev/null || { echo "sanitize.sh: $cxx not found (scripts/setup.sh installs it)" >&2; exit 1; }
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# fuzzer-no-link: coverage counters in the library for libFuzzer; harmless for the tests.
+san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -fsanitize=fuzzer-no-link"
+# One SIMD target, AVX2 (x86-64-v3: any x86 CI machine has it), instead of all four: a quarter of
+# the compile time, which keeps the whole step within CI's budget on two cores. The main suite
+# (scripts/test.sh) checks every target, simd_test forcing each in turn. (-march=native is not
+# used: on AVX-512 VNNI CPUs Highway's static target is one this compiler does not generate.)
+# -O1 with line tables: sanitizer reports with usable stacks at a fraction of -O2's compile time.
+san="$san -march=x86-64-v3 -maes -mpclmul -DHWY_COMPILE_ONLY_STATIC=1"  # Highway's AVX2 needs AES and CLMUL
+opt="-O1 -g1"
+if ((tsan)); then
+  # OpenMP's own synchronization is made visible to TSan by LLVM's Archer tool (libarcher), loaded
+  # through OMPT; without it every parallel region would report races on the fork/join.
+  build=build/tsan
+  tsan_flags="-fsanitize=thread -march=x86-64-v3 -maes -mpclmul -DHWY_COMPILE_ONLY_STATIC=1"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADOPS_CUDA=OFF -DGRADOPS_BUILD_TESTS=ON -DGRADOPS_BUILD_TOOLS=OFF \
+    -DGRADOPS_BUILD_ORT=OFF -DCMAKE_C_FLAGS="$tsan_flags" -DCMAKE_CXX_FLAGS="$tsan_flags" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target robustness_test activation_test softmax_test layer_norm_test batch_norm_test
+  ((build_only)) && exit 0
+  archer=$(ls /usr/lib/llvm-14/lib/libarcher.so 2>/dev/null || true)
+  export OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  "$build/tests/robustness_test" --gtest_filter='Concurrency.*'
+  for t in activation softmax layer_norm batch_norm; do
+    "$build/tests/${t}_test" --gtest_filter='*ResultsDoNotDependOnThreadCount*'
+  done
+  echo "sanitize.sh: concurrency tests under ThreadSanitizer passed"
+  exit 0
+fi
+
+cmake -S . -B "$build" -G Ninja \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADOPS_CUDA=OFF -DGRADOPS_BUILD_TESTS=ON \
+  -DGRADOPS_BUILD_TOOLS=OFF -DGRADOPS_BUILD_ORT=OFF -DGRADOPS_BUILD_FUZZ=ON \
+  -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="$opt -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt -DNDEBUG" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+((build_only)) && exit 0
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+start=$SECONDS
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+echo "sanitize.sh: test suite under ASan+UBSan passed in $((SECONDS - start)) s"
+
+if ((fuzz)); then
+  start=$SECONDS
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  # New inputs go to a scratch directory: the committed corpus stays as it is.
+  "$build/fuzz/gradops_fuzzer" -runs="$fuzz_runs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$work/" "$work" fuzz/corpus
+  echo "sanitize.sh: $fuzz_runs fuzz runs passed in $((SECONDS - start)) s"
+fi

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/common.cuh"
@@ -77,7 +78,24 @@ struct LnArgs {
   int lanes;            // held: threads per row (a cluster's, for C > 1)
   int cluster;          // held: blocks per row (1: none)
   float epsilon;
+  bool prefetch;        // held: the next row's lines are asked into L2 while this one is reduced
 };
+
+// Held kernels ask L2 for the lines of the row they take next as soon as they hold the current
+// one, so that DRAM stays busy while the row's lanes reduce and write: no registers, one
+// instruction per 128-byte line. GRADOPS_CUDA_LN_PREFETCH=0 turns it off, for measuring.
+inline bool ln_prefetch() {
+  static const bool on = [] {
+    const char* v = std::getenv("GRADOPS_CUDA_LN_PREFETCH");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+template <class P>
+__device__ __forceinline__ void prefetch_line(const P* base, int64_t p) {
+  if (((p * static_cast<int64_t>(sizeof(P))) & 127) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + p));
+}
 
 // ---- per-element math ---------------------------------------------------------------------------
 
@@ -90,7 +108,10 @@ struct RowConst {
 // xhat = (x - mu) r; RMSNorm: x r; invertible: (y - bias) / scale.
 template <LnKind K, class A>
 __device__ __forceinline__ A xhat(A src, A mu, A r, A scale, A bias) {
-  if constexpr (K == LnKind::inv_grad) return (src - bias) / scale;
+  // f32: times the correctly rounded reciprocal (two roundings, within 1 ulp of the quotient):
+  // the division's slow path left the 16-bit invertible gradients issue-bound at 0.4-0.55 of copy.
+  if constexpr (K == LnKind::inv_grad && std::is_same_v<A, float>) return (src - bias) * __frcp_rn(scale);
+  else if constexpr (K == LnKind::inv_grad) return (src - bias) / scale;
   else if constexpr (K == LnKind::rms_grad || K == LnKind::rms_fwd) return mul_rn(src, r);
   else return mul_rn(src - mu, r);
 }
@@ -168,6 +189,7 @@ inline constexpr int kLnVec = static_cast<int>(16 / std::max(sizeof(typename S::
 
 // Packs a held thread holds at most, and the most blocks that share a row.
 inline constexpr int kLnMaxPacks = 4;
+inline constexpr int kLnFwdMaxPacks = 8;
 inline constexpr int kLnMaxCluster = 8;
 inline constexpr int kLnBlockThreads = 256;  // held blocks of several rows
 inline constexpr int kLnMaxBlockThreads = 512;
@@ -190,7 +212,9 @@ struct HeldShape {
 };
 
 // The held launch shape of rows of `packs` packs.
-inline HeldShape held_shape(int64_t rows, int64_t packs) {
+// max_packs: 8 lets the forwards (which keep no column sums in registers) hold 8 packs a thread
+// where 4 would need a cluster, halving the blocks that share a row and so its cluster barriers.
+inline HeldShape held_shape(int64_t rows, int64_t packs, int max_packs = kLnMaxPacks) {
   HeldShape s;
   if (packs <= 0) return s;
   int64_t lanes;
@@ -202,7 +226,7 @@ inline HeldShape held_shape(int64_t rows, int64_t packs) {
     s.n = 2;
     lanes = 32;
   } else {
-    s.n = kLnMaxPacks;
+    s.n = packs > int64_t{kLnMaxBlockThreads} * kLnMaxPacks ? max_packs : kLnMaxPacks;
     lanes = ln_ceil_div(ln_ceil_div(packs, s.n), 32) * 32;
     if (lanes <= 32) {
       lanes = 32;
@@ -235,6 +259,47 @@ inline HeldShape held_shape(int64_t rows, int64_t packs) {
   s.blocks = s.groups * s.cluster;
   s.ok = true;
   return s;
+}
+
+// Clusters of h->cluster blocks of `kernel`: at most as many as the device co-schedules at once
+// (clusters of 8 fill whole GPCs, and an H100's GPCs do not all hold two), so that no cluster waits
+// for a second wave; h->ok = false where none can run (no clusters, or too few registers).
+template <class Kernel>
+Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, int64_t rows, HeldShape* h) {
+  if (!dev.cluster_launch) {
+    h->ok = false;
+    return {};
+  }
+  cudaFuncAttributes attr{};
+  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+  if (attr.binaryVersion < 90) {
+    h->ok = false;
+    return {};
+  }
+  cudaLaunchAttribute cl{};
+  cl.id = cudaLaunchAttributeClusterDimension;
+  cl.val.clusterDim.x = static_cast<unsigned>(h->cluster);
+  cl.val.clusterDim.y = 1;
+  cl.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(h->cluster));
+  cfg.blockDim = dim3(static_cast<unsigned>(h->threads));
+  cfg.attrs = &cl;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+  if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
+    (void)cudaGetLastError();
+    h->ok = false;
+    return {};
+  }
+  if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+  if (h->groups > clusters) {  // a cluster takes one row a step; every cluster the same number of steps
+    const int64_t rounds = ln_ceil_div(rows, clusters);
+    h->groups = ln_ceil_div(rows, rounds);
+    h->blocks = h->groups * h->cluster;
+  }
+  return {};
 }
 
 // Every main tensor and every per-column tensor starts on a 16-byte boundary... of its own pack

@@ -76,6 +76,13 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
       xs[k] = PT{};
       if (valid[k]) xs[k] = load_pack<1>(reinterpret_cast<const PT*>(x + base) + p);
     }
+    if (a.prefetch && row + step < a.rows) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        if (p < packs) prefetch_line(reinterpret_cast<const PT*>(x + (row + step) * a.cols), p);
+      }
+    }
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < N; ++k)
@@ -189,7 +196,7 @@ enum class Path { warp, block, cluster, general };
 template <class S>
 Path path_of(const LayerNormDesc& d) {
   if (d.cols == 0 || !held_aligned<S>(d)) return Path::general;
-  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>);
+  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>, kLnFwdMaxPacks);
   if (!h.ok) return Path::general;
   if (h.cluster > 1) return Path::cluster;
   return h.lanes <= 32 ? Path::warp : Path::block;
@@ -229,6 +236,7 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   a.scale = d.scale;
   a.bias = K == LnKind::ln_fwd ? d.bias : nullptr;
   a.out = d.out_y;
+  a.prefetch = ln_prefetch();
   a.out_mean = K == LnKind::ln_fwd ? d.out_mean : nullptr;
   a.out_inv_std = d.out_inv_std;
   a.rows = d.rows;
@@ -236,11 +244,21 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   a.epsilon = d.epsilon;
   Path path = path_of<S>(d);
   const cudaStream_t stream = stream_of(ctx);
-  if (path == Path::cluster && !dev.cluster_launch) path = Path::general;
+  HeldShape h;
+  if (path != Path::general) {
+    h = held_shape(d.rows, d.cols / VEC, kLnFwdMaxPacks);
+    if (h.cluster > 1)
+      if (Status s = fit_clusters(op,
+                                  h.n == kLnFwdMaxPacks ? held_fwd_kernel<K, S, VEC, kLnFwdMaxPacks>
+                                                        : held_fwd_kernel<K, S, VEC, kLnMaxPacks>,
+                                  dev, d.rows, &h);
+          !s)
+        return s;
+    if (!h.ok) path = Path::general;
+  }
   if (path == Path::general)
     return launch_ln(op, "the general forward launch", general_fwd_kernel<K, S>,
                      std::min<int64_t>(d.rows, kGeneralBlocks), kGeneralThreads, 1, stream, a);
-  const HeldShape h = held_shape(d.rows, d.cols / VEC);
   a.lanes = h.lanes;
   a.cluster = h.cluster;
   a.groups = h.groups;
@@ -250,6 +268,7 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   switch (h.n) {
     case 1: return go(held_fwd_kernel<K, S, VEC, 1>);
     case 2: return go(held_fwd_kernel<K, S, VEC, 2>);
+    case kLnFwdMaxPacks: return go(held_fwd_kernel<K, S, VEC, kLnFwdMaxPacks>);
     default: break;
   }
   return go(held_fwd_kernel<K, S, VEC, kLnMaxPacks>);

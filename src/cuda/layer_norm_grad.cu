@@ -101,6 +101,17 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
         gs[k] = load_pack<1>(reinterpret_cast<const PV*>(dy + base) + p);
       }
     }
+    if (a.prefetch && row + step < a.rows) {
+      const int64_t next = (row + step) * a.cols;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        if (p < packs) {
+          prefetch_line(reinterpret_cast<const PS*>(src + next), p);
+          prefetch_line(reinterpret_cast<const PV*>(dy + next), p);
+        }
+      }
+    }
     const A mu = K == LnKind::ln_grad && live ? load_stat<A, U>(a.mean, row) : A(0);
     const A r = live ? load_stat<A, U>(a.inv_std, row) : A(0);
 
@@ -325,6 +336,7 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   a.mean = d.mean;
   a.inv_std = d.inv_std;
   a.out = d.dx;
+  a.prefetch = ln_prefetch();
   a.rows = d.rows;
   a.cols = d.cols;
   const bool want = d.dscale || (kHasDbias<K> && d.dbias);
@@ -332,7 +344,9 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   HeldShape h;
   if (path != Path::general) {
     h = held_shape(d.rows, d.cols / VEC);
-    if (h.cluster > 1 && (!dev.cluster_launch)) path = Path::general;
+    if (h.cluster > 1)
+      if (Status s = fit_clusters(op, held_grad_kernel<K, S, VEC, kLnMaxPacks>, dev, d.rows, &h); !s) return s;
+    if (!h.ok) path = Path::general;
   }
   if (path == Path::general) {
     a.groups = std::min<int64_t>({d.rows, kGeneralBlocks, std::max<int64_t>(1, kMaxPartialElems / d.cols)});

@@ -303,7 +303,9 @@ def run_case(case, dtype, gradops, timer, copy_gbs, same_size):
     for out, idx in c["check"]:
         worst = max(worst, disagreement(out, ref if idx is None else ref[idx]))
     row["disagreement"] = worst
-    if not worst <= AGREE[dtype]:
+    # The invertible gradient rebuilds x-hat from y, itself rounded to the dtype; PyTorch's from x.
+    agree = AGREE[dtype] * (2 if case["op"] == "InvertibleLayerNormalizationGrad" else 1)
+    if not worst <= agree:
         row["status"] = "FAILED"
         return row
     row["gradops_ms"], row["torch_ms"], row["ratio_p10"], row["ratio_p90"] = timer.paired_ms(call, c["torch"])

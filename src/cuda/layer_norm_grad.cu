@@ -355,13 +355,13 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     a.lanes = h.lanes;
     a.cluster = h.cluster;
   }
+  const cudaStream_t stream = stream_of(ctx);
   detail::Workspace ws;
   if (want) {
     const std::size_t bytes = sizeof(A) * static_cast<std::size_t>((kHasDbias<K> ? 2 : 1) * a.groups * d.cols);
     if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), bytes, op); !s) return s;
     a.partial = ws.as<A>();
   }
-  const cudaStream_t stream = stream_of(ctx);
   auto launch_main = [&]() -> Status {
     if (path == Path::general)
       return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,

@@ -6,6 +6,15 @@
 # families' CUDA tests) cuda_test, built for sm_90 from this tree (scripts/gpu_bench.sh builds them
 # on the GPU machine instead). Highway, SLEEF and libgomp are looked up in BIN_DIR/lib, then in
 # .deps (unpacked Debian packages), then system-wide.
+#
+# How the H100 numbers in docs/performance.md were made (about 4 minutes on the GPU):
+#   cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADOPS_BUILD_TESTS=ON \
+#     -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build/cuda -j2 --target gradops_shared \
+#     layer_norm_cuda_test cuda_test
+#   tar czf bin.tgz -C build/cuda libgradops.so tests/layer_norm_cuda_test tests/cuda_test
+#   # then, on the GPU machine, in a copy of this tree holding bin.tgz and the libraries in bin/lib:
+#   mkdir -p b && tar xzf bin.tgz -C b && mv b/tests/* b/ && cp -a bin/lib b/lib &&
+#     OUT=$OUT/r lab/cuda/run_layer_norm.sh b tests bench cuda_test
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=$(cd "${1:?usage: run_layer_norm.sh BIN_DIR [tests] [bench] [cuda_test]}" && pwd)

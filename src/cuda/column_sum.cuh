@@ -4,14 +4,10 @@
 // partial[g][c] in a fixed order. The order depends on (groups, cols) only, so with a grid fixed
 // by the shape the result has the same bits on every run and every device; no atomics.
 //
-// Two forms of the same order:
-//   launch_column_sum   a separate kernel, launched while the producer drains (programmatic
-//                       dependent launch: it waits for the producer's end before it reads);
-//   column_sum_block    the same sums by the one block that runs it, for a producer that finishes
-//                       its own partials in its last block (LastBlock), where a second launch would
-//                       cost more than the sums.
-// Lane ty of 32 adds groups ty, ty + 32, ... of its column; the 32 lane sums are then added in lane
-// order.
+// launch_column_sum runs it as a separate kernel, launched while the producer drains
+// (programmatic dependent launch: it waits for the producer's end before it reads); column_sum_block
+// is the same sums for any block of a multiple of 32 threads. Lane ty of 32 adds groups ty, ty + 32,
+// ... of its column; the 32 lane sums are then added in lane order.
 #pragma once
 
 #include <algorithm>
@@ -32,20 +28,26 @@ struct ColumnSumArgs {
   int64_t groups, cols;
 };
 
-// Columns [c_begin, cols) step c_step, 32 at a time, by one block of 32 x kColumnSumLanes threads.
+// Columns [c_begin, cols) step c_step, 32 at a time, by one block of a multiple of 32 threads (warp
+// w computes lanes w, w + warps, ...: the same sums, in the same order, for any block size). The
+// partials are read through L2 (ld.cg): a producer's last block reads what other multiprocessors
+// wrote.
 template <class T>
 __device__ __forceinline__ void column_sum_block(const compute_t<T>* partial, T* out, int64_t groups, int64_t cols,
                                                  int64_t c_begin, int64_t c_step) {
   using A = compute_t<T>;
   __shared__ A lanes[kColumnSumLanes][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int tx = threadIdx.x % 32, warps = static_cast<int>(blockDim.x / 32);
   for (int64_t c0 = c_begin; c0 < cols; c0 += c_step) {
     const int64_t c = c0 + tx;
-    A s = A(0);
-    if (c < cols)
-      for (int64_t g = ty; g < groups; g += kColumnSumLanes) s += partial[g * cols + c];
-    lanes[ty][tx] = s;
+    for (int ty = static_cast<int>(threadIdx.x / 32); ty < kColumnSumLanes; ty += warps) {
+      A s = A(0);
+      if (c < cols)
+        for (int64_t g = ty; g < groups; g += kColumnSumLanes) s += __ldcg(partial + g * cols + c);
+      lanes[ty][tx] = s;
+    }
     __syncthreads();
+    const int ty = static_cast<int>(threadIdx.x / 32);
     if (ty == 0 && c < cols) {
       A t = lanes[0][tx];
       for (int k = 1; k < kColumnSumLanes; ++k) t += lanes[k][tx];
@@ -79,26 +81,6 @@ template <class T>
 Status launch_column_sum(std::string_view op, cudaStream_t stream, const compute_t<T>* partial, T* out, int64_t groups,
                          int64_t cols, const char* what = "the column-sum launch") {
   return launch_column_sum<T>(op, stream, ColumnSumArgs<T>{{partial, nullptr}, {out, nullptr}, groups, cols}, 1, what);
-}
-
-// For a producer that finishes in its last block: every block calls arrive() once after writing
-// its partials; the one that returns true (the last to arrive, which then sees every block's
-// writes) runs column_sum_block. `counter` starts at 0 (cudaMemsetAsync) and is left at 0 for a
-// counter that is reused.
-__device__ __forceinline__ bool last_block_arrives(unsigned* counter) {
-  __shared__ bool last;
-  __syncthreads();  // every thread of the block has written its partials
-  if (threadIdx.x == 0 && threadIdx.y == 0) {
-    __threadfence();  // this block's partials are visible device-wide before it is counted
-    const unsigned total = gridDim.x * gridDim.y * gridDim.z;
-    last = atomicAdd(counter, 1u) == total - 1;
-    if (last) {
-      *counter = 0;
-      __threadfence();  // and the other blocks' writes are seen by this block's reads
-    }
-  }
-  __syncthreads();
-  return last;
 }
 
 }  // namespace gradops::cuda

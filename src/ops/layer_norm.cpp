@@ -17,8 +17,32 @@
 namespace gradops::detail {
 namespace {
 
+#if GRADOPS_HAVE_CUDA
+bool is_gradient(const LayerNormDesc& d) {
+  return d.op != OpId::LayerNormalization && d.op != OpId::SimplifiedLayerNormalization;
+}
+const char* cuda_warp_declines(const LayerNormDesc& d) {
+  return is_gradient(d) ? cuda_layer_norm_grad_warp_declines(d) : cuda_layer_norm_fwd_warp_declines(d);
+}
+const char* cuda_block_declines(const LayerNormDesc& d) {
+  return is_gradient(d) ? cuda_layer_norm_grad_block_declines(d) : cuda_layer_norm_fwd_block_declines(d);
+}
+const char* cuda_cluster_declines(const LayerNormDesc& d) {
+  return is_gradient(d) ? cuda_layer_norm_grad_cluster_declines(d) : cuda_layer_norm_fwd_cluster_declines(d);
+}
+Status cuda_run(const LayerNormDesc& d, const Context& ctx) {
+  return is_gradient(d) ? cuda_layer_norm_grad(d, ctx) : cuda_layer_norm_fwd(d, ctx);
+}
+#endif
+
 constexpr Impl<LayerNormDesc> kImpls[] = {
     {"cpu:simd", DeviceType::cpu, nullptr, cpu_layer_norm, nullptr, cpu_simd_target},
+#if GRADOPS_HAVE_CUDA
+    {"cuda:rows_per_warp", DeviceType::cuda, cuda_warp_declines, cuda_run},
+    {"cuda:block_per_row", DeviceType::cuda, cuda_block_declines, cuda_run},
+    {"cuda:cluster_per_row", DeviceType::cuda, cuda_cluster_declines, cuda_run},
+    {"cuda:general", DeviceType::cuda, nullptr, cuda_run},
+#endif
 };
 constexpr auto kRows = row_infos(kImpls);
 

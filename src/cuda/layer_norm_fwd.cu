@@ -1,0 +1,318 @@
+// LayerNorm family, CUDA forwards: LayerNormalization (Y, Mean, InvStdDev) and
+// SimplifiedLayerNormalization (Y, inv_std_var), with the CPU implementation's formulas:
+//   LayerNorm: mean = sum x / cols, var = sum (x - mean)^2 / cols (two passes, never
+//   E[x^2] - E[x]^2), r = 1 / sqrt(var + epsilon), y = (x - mean) r scale + bias;
+//   RMSNorm: r = 1 / sqrt(sum x^2 / cols + epsilon), y = x r scale.
+// The statistics are used in the compute type and rounded to U once when saved. The held kernel
+// keeps the row in registers (one read of x, one write of y; both passes over the registers); the
+// general kernel reads it from memory once and again from L1/L2 (cuda/layer_norm.cuh).
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/common.cuh"
+#include "cuda/layer_norm.cuh"
+#include "cuda/reduce.cuh"
+#include "ops/dispatch.hpp"
+#include "ops/layer_norm.hpp"
+
+namespace gradops::cuda {
+namespace {
+
+template <class A>
+__device__ __forceinline__ A rsqrt_acc(A v) {
+  return A(1) / sqrt(v);
+}
+
+template <class A, class U>
+__device__ __forceinline__ void store_stat(void* p, int64_t i, A v) {
+  if (p) static_cast<U*>(p)[i] = from_compute<U>(static_cast<compute_t<U>>(v));
+}
+
+template <LnKind K, class A>
+__device__ __forceinline__ A fwd_out(A x, A mu, A r, A scale, A bias, bool has_bias) {
+  const A xh = xhat<K, A>(x, mu, r, A(0), A(0));
+  return has_bias ? dfma(xh, scale, bias) : xh * scale;
+}
+
+// ---- held --------------------------------------------------------------------------------------
+
+template <LnKind K, class S, int VEC, int N>
+__global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_kernel(LnArgs a) {
+  using T = typename S::T;
+  using U = typename S::U;
+  using V = typename S::V;
+  using A = typename S::A;
+  using PT = Pack<T, VEC>;
+  using PV = Pack<V, VEC>;
+  __shared__ LnSmem<A> sm;
+  const int lanes = a.lanes, cluster = a.cluster;
+  const int rank = cluster_rank(cluster);
+  const int group = cluster > 1 ? 0 : static_cast<int>(threadIdx.x) / lanes;
+  const int t = cluster > 1 ? rank * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)
+                            : static_cast<int>(threadIdx.x) % lanes;
+  const int64_t rows_per_block = cluster > 1 ? 1 : blockDim.x / lanes;
+  const int64_t packs = a.cols / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x / cluster) * rows_per_block;
+  const T* x = static_cast<const T*>(a.src);
+  const PV* scale = static_cast<const PV*>(a.scale);
+  const PV* bias = static_cast<const PV*>(a.bias);
+  V* y = static_cast<V*>(a.out);
+  const A inv_n = A(1) / static_cast<A>(a.cols);
+  const A eps = static_cast<A>(a.epsilon);
+  const bool has_bias = bias != nullptr;
+  int parity = 0;
+  for (int64_t first = blockIdx.x / cluster * rows_per_block; first < a.rows; first += step) {
+    const int64_t row = first + group;
+    const bool live = row < a.rows;
+    const int64_t base = row * a.cols;
+    PT xs[N];
+    bool valid[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t p = static_cast<int64_t>(k) * lanes + t;
+      valid[k] = live && p < packs;
+      xs[k] = PT{};
+      if (valid[k]) xs[k] = load_pack<1>(reinterpret_cast<const PT*>(x + base) + p);
+    }
+    if (a.prefetch && row + step < a.rows) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        if (p < packs) prefetch_line(reinterpret_cast<const PT*>(x + (row + step) * a.cols), p);
+      }
+    }
+    A s = A(0);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const A v = static_cast<A>(unpack(xs[k], j));
+        s = K == LnKind::ln_fwd ? s + v : dfma(v, v, s);
+      }
+    s = lanes_allreduce<SumOp<A>>(s, lanes, cluster, sm, parity);
+    parity ^= 1;
+    A mu = A(0), r;
+    if constexpr (K == LnKind::ln_fwd) {
+      mu = s * inv_n;
+      A q = A(0);
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (valid[k])
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const A c = static_cast<A>(unpack(xs[k], j)) - mu;
+            q = dfma(c, c, q);
+          }
+      q = lanes_allreduce<SumOp<A>>(q, lanes, cluster, sm, parity);
+      parity ^= 1;
+      r = rsqrt_acc(q * inv_n + eps);
+    } else {
+      r = rsqrt_acc(s * inv_n + eps);
+    }
+    if (live && t == 0) {
+      if constexpr (K == LnKind::ln_fwd) store_stat<A, U>(a.out_mean, row, mu);
+      store_stat<A, U>(a.out_inv_std, row, r);
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (valid[k]) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        const PV sc = scale[p];
+        PV bi{};
+        if (has_bias) bi = bias[p];
+        PV o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          o.v[j] = from_compute<V>(static_cast<compute_t<V>>(fwd_out<K, A>(
+              static_cast<A>(unpack(xs[k], j)), mu, r, static_cast<A>(unpack(sc, j)),
+              has_bias ? static_cast<A>(unpack(bi, j)) : A(0), has_bias)));
+        store_pack<1>(reinterpret_cast<PV*>(y + base) + p, o);
+      }
+  }
+  cluster_sync(cluster);
+}
+
+// ---- general --------------------------------------------------------------------------------------
+
+constexpr int kGeneralThreads = 256;
+constexpr int64_t kGeneralBlocks = 4 * kLnSms;
+
+template <LnKind K, class S>
+__global__ void __launch_bounds__(kGeneralThreads) general_fwd_kernel(LnArgs a) {
+  using T = typename S::T;
+  using U = typename S::U;
+  using V = typename S::V;
+  using A = typename S::A;
+  __shared__ ReduceSmem<A> sm;
+  const T* x = static_cast<const T*>(a.src);
+  const V* scale = static_cast<const V*>(a.scale);
+  const V* bias = static_cast<const V*>(a.bias);
+  V* y = static_cast<V*>(a.out);
+  const int64_t n = a.cols;
+  // A mean over no columns is taken as 0 (as on the CPU): mean 0, var 0, inv_std 1/sqrt(epsilon).
+  const A inv_n = n > 0 ? A(1) / static_cast<A>(n) : A(0);
+  const A eps = static_cast<A>(a.epsilon);
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t base = row * n;
+    A s = A(0);
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      const A v = static_cast<A>(to_compute(x[base + c]));
+      s = K == LnKind::ln_fwd ? s + v : dfma(v, v, s);
+    }
+    s = block_allreduce<SumOp<A>, 1>(s, sm, parity);
+    parity ^= 1;
+    A mu = A(0), r;
+    if constexpr (K == LnKind::ln_fwd) {
+      mu = s * inv_n;
+      A q = A(0);
+      for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+        const A v = static_cast<A>(to_compute(x[base + c])) - mu;
+        q = dfma(v, v, q);
+      }
+      q = block_allreduce<SumOp<A>, 1>(q, sm, parity);
+      parity ^= 1;
+      r = rsqrt_acc(q * inv_n + eps);
+    } else {
+      r = rsqrt_acc(s * inv_n + eps);
+    }
+    if (threadIdx.x == 0) {
+      if constexpr (K == LnKind::ln_fwd) store_stat<A, U>(a.out_mean, row, mu);
+      store_stat<A, U>(a.out_inv_std, row, r);
+    }
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      y[base + c] = from_compute<V>(static_cast<compute_t<V>>(
+          fwd_out<K, A>(static_cast<A>(to_compute(x[base + c])), mu, r, static_cast<A>(to_compute(scale[c])),
+                        bias ? static_cast<A>(to_compute(bias[c])) : A(0), bias != nullptr)));
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------------------
+
+enum class Path { warp, block, cluster, general };
+
+template <class S>
+Path path_of(const LayerNormDesc& d) {
+  if (d.cols == 0 || !held_aligned<S>(d)) return Path::general;
+  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>, kLnFwdMaxPacks);
+  if (!h.ok) return Path::general;
+  if (h.cluster > 1) return Path::cluster;
+  return h.lanes <= 32 ? Path::warp : Path::block;
+}
+
+Path path_of(const LayerNormDesc& d) {
+  Path p = Path::general;
+  (void)visit_sig(d, "", [&](auto sig) -> Status {
+    p = path_of<decltype(sig)>(d);
+    return {};
+  });
+  return p;
+}
+
+template <class Kernel>
+Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
+                 cudaStream_t stream, const LnArgs& a) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.stream = stream;
+  cfg.attrs = cluster > 1 ? &attr : nullptr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
+}
+
+template <LnKind K, class S>
+Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  constexpr int VEC = kLnVec<S>;
+  LnArgs a{};
+  a.src = d.x;
+  a.scale = d.scale;
+  a.bias = K == LnKind::ln_fwd ? d.bias : nullptr;
+  a.out = d.out_y;
+  a.prefetch = ln_prefetch();
+  a.out_mean = K == LnKind::ln_fwd ? d.out_mean : nullptr;
+  a.out_inv_std = d.out_inv_std;
+  a.rows = d.rows;
+  a.cols = d.cols;
+  a.epsilon = d.epsilon;
+  Path path = path_of<S>(d);
+  const cudaStream_t stream = stream_of(ctx);
+  HeldShape h;
+  if (path != Path::general) {
+    h = held_shape(d.rows, d.cols / VEC, kLnFwdMaxPacks);
+    if (h.cluster > 1)
+      if (Status s = fit_clusters(op,
+                                  h.n == kLnFwdMaxPacks ? held_fwd_kernel<K, S, VEC, kLnFwdMaxPacks>
+                                                        : held_fwd_kernel<K, S, VEC, kLnMaxPacks>,
+                                  dev, d.rows, &h);
+          !s)
+        return s;
+    if (!h.ok) path = Path::general;
+  }
+  if (path == Path::general)
+    return launch_ln(op, "the general forward launch", general_fwd_kernel<K, S>,
+                     std::min<int64_t>(d.rows, kGeneralBlocks), kGeneralThreads, 1, stream, a);
+  a.lanes = h.lanes;
+  a.cluster = h.cluster;
+  a.groups = h.groups;
+  auto go = [&](auto kernel) {
+    return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, stream, a);
+  };
+  switch (h.n) {
+    case 1: return go(held_fwd_kernel<K, S, VEC, 1>);
+    case 2: return go(held_fwd_kernel<K, S, VEC, 2>);
+    case kLnFwdMaxPacks: return go(held_fwd_kernel<K, S, VEC, kLnFwdMaxPacks>);
+    default: break;
+  }
+  return go(held_fwd_kernel<K, S, VEC, kLnMaxPacks>);
+}
+
+Status run(const LayerNormDesc& d, const Context& ctx) {
+  const std::string_view op = op_schema(d.op).name;
+  for (const auto& [p, dt] : {std::pair{d.x, d.t}, std::pair{static_cast<const void*>(d.out_y), d.v},
+                              std::pair{d.scale, d.v}, std::pair{d.bias, d.v},
+                              std::pair{static_cast<const void*>(d.out_mean), d.u},
+                              std::pair{static_cast<const void*>(d.out_inv_std), d.u}})
+    if (p && !aligned_to(p, dtype_size(dt)))
+      return Status(StatusCode::unimplemented,
+                    std::string(op) + ": the CUDA kernels need every pointer aligned to its element size");
+  if (d.rows == 0) return {};
+  if (d.cols == 0 && !d.out_mean && !d.out_inv_std) return {};
+  DeviceInfo dev;
+  if (Status s = current_device(op, &dev); !s) return s;
+  return visit_sig(d, op, [&](auto sig) -> Status {
+    using S = decltype(sig);
+    if (d.op == OpId::LayerNormalization) return run_fwd<LnKind::ln_fwd, S>(op, d, ctx, dev);
+    return run_fwd<LnKind::rms_fwd, S>(op, d, ctx, dev);
+  });
+}
+
+}  // namespace
+}  // namespace gradops::cuda
+
+namespace gradops::detail {
+
+const char* cuda_layer_norm_fwd_warp_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::warp ? nullptr
+                                              : "declines: rows not of whole 16-byte packs, or longer than a warp holds";
+}
+const char* cuda_layer_norm_fwd_block_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::block
+             ? nullptr
+             : "declines: rows not of whole 16-byte packs, or not longer than a warp holds and no longer than a block";
+}
+const char* cuda_layer_norm_fwd_cluster_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::cluster
+             ? nullptr
+             : "declines: rows not of whole 16-byte packs, or not longer than a block holds and no longer than a cluster";
+}
+Status cuda_layer_norm_fwd(const LayerNormDesc& d, const Context& ctx) { return cuda::run(d, ctx); }
+
+}  // namespace gradops::detail

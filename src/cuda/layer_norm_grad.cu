@@ -1,0 +1,447 @@
+// LayerNorm family, CUDA gradients: LayerNormalizationGrad, InvertibleLayerNormalizationGrad and
+// SimplifiedLayerNormalizationGrad (cuda/layer_norm.cuh describes the launch shapes).
+//
+// Per row, with the given mean mu and inverse std r (never recomputed):
+//   g = dy scale, xhat = (x - mu) r   [invertible: (y - bias) / scale; RMSNorm: x r]
+//   S1 = sum g, S2 = sum g xhat, dx = r ((g - S1/cols) - xhat S2/cols)   [RMSNorm: no S1 term]
+//   dscale = sum over rows of dy xhat, dbias = sum over rows of dy.
+// The held kernels read x and dy once into registers, reduce S1 and S2 together over the row's
+// lanes, and write dx from the registers; each thread adds its columns' dy xhat and dy into
+// registers over all the rows it takes, the block's row groups are folded in group order through
+// shared memory into one partial row per block (per cluster), and a column-sum kernel launched
+// while the grid drains adds the partial rows in a fixed order. No float atomics; the grid, and so
+// every bit of dscale and dbias, depends on the shape alone.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/workspace.hpp"
+#include "cuda/column_sum.cuh"
+#include "cuda/common.cuh"
+#include "cuda/layer_norm.cuh"
+#include "cuda/reduce.cuh"
+#include "ops/dispatch.hpp"
+#include "ops/layer_norm.hpp"
+
+namespace gradops::cuda {
+namespace {
+
+template <LnKind K>
+inline constexpr bool kHasDbias = K != LnKind::rms_grad;
+
+template <LnKind K, class S>
+using src_t = std::conditional_t<K == LnKind::inv_grad, typename S::V, typename S::T>;
+
+template <class A, class U>
+__device__ __forceinline__ A load_stat(const void* p, int64_t i) {
+  return static_cast<A>(to_compute(static_cast<const U*>(p)[i]));
+}
+
+// ---- held: a row in registers ---------------------------------------------------------------------
+
+// Thread t of a row's `lanes` holds packs k * lanes + t (k < N). kMinB: 2 resident 512-thread
+// blocks (64 registers) for one pack a thread, else 1 (128).
+template <LnKind K, class S, int VEC, int N>
+__global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_kernel(LnArgs a) {
+  using T = typename S::T;
+  using U = typename S::U;
+  using V = typename S::V;
+  using A = typename S::A;
+  using Src = src_t<K, S>;
+  using PS = Pack<Src, VEC>;
+  using PV = Pack<V, VEC>;
+  using PT = Pack<T, VEC>;
+  __shared__ LnSmem<Sum2<A>> sm;
+  extern __shared__ unsigned char fold_raw[];
+  griddep_launch_dependents();  // the column sum may launch now; it waits for this grid's end
+
+  const int lanes = a.lanes, cluster = a.cluster;
+  const int rank = cluster_rank(cluster);
+  const int group = cluster > 1 ? 0 : static_cast<int>(threadIdx.x) / lanes;
+  const int t = cluster > 1 ? rank * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)
+                            : static_cast<int>(threadIdx.x) % lanes;
+  const int64_t rows_per_block = cluster > 1 ? 1 : blockDim.x / lanes;
+  const int64_t packs = a.cols / VEC;
+  const int64_t grp = blockIdx.x / cluster;
+  const int64_t step = static_cast<int64_t>(gridDim.x / cluster) * rows_per_block;
+  const Src* src = static_cast<const Src*>(a.src);
+  const V* dy = static_cast<const V*>(a.dy);
+  const PV* scale = static_cast<const PV*>(a.scale);
+  const PV* bias = static_cast<const PV*>(a.bias);
+  T* dx = static_cast<T*>(a.out);
+  const A inv_n = A(1) / static_cast<A>(a.cols);
+  const bool want_partial = a.partial != nullptr;
+
+  A ps[N][VEC], pb[kHasDbias<K> ? N : 1][VEC];
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      ps[k][j] = A(0);
+      pb[kHasDbias<K> ? k : 0][j] = A(0);
+    }
+
+  int parity = 0;
+  for (int64_t first = grp * rows_per_block; first < a.rows; first += step) {
+    const int64_t row = first + group;
+    const bool live = row < a.rows;
+    const int64_t base = row * a.cols;
+    PS xs[N];
+    PV gs[N];
+    bool valid[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t p = static_cast<int64_t>(k) * lanes + t;
+      valid[k] = live && p < packs;
+      xs[k] = PS{};
+      gs[k] = PV{};
+      if (valid[k]) {
+        xs[k] = load_pack<1>(reinterpret_cast<const PS*>(src + base) + p);
+        gs[k] = load_pack<1>(reinterpret_cast<const PV*>(dy + base) + p);
+      }
+    }
+    if (a.prefetch && row + step < a.rows) {
+      const int64_t next = (row + step) * a.cols;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        if (p < packs) {
+          prefetch_line(reinterpret_cast<const PS*>(src + next), p);
+          prefetch_line(reinterpret_cast<const PV*>(dy + next), p);
+        }
+      }
+    }
+    const A mu = K == LnKind::ln_grad && live ? load_stat<A, U>(a.mean, row) : A(0);
+    const A r = live ? load_stat<A, U>(a.inv_std, row) : A(0);
+
+    Sum2<A> s{A(0), A(0)};
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (valid[k]) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        const PV sc = scale[p];
+        PV bi{};
+        if constexpr (K == LnKind::inv_grad) bi = bias[p];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const A scj = unpack(sc, j);
+          const A g = mul_rn(static_cast<A>(unpack(gs[k], j)), scj);
+          const A xh = xhat<K, A>(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
+                                  K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0));
+          s.a += g;
+          s.b = dfma(g, xh, s.b);
+        }
+      }
+    s = lanes_allreduce<Sum2Op<A>>(s, lanes, cluster, sm, parity);
+    parity ^= 1;
+    const A m1 = s.a * inv_n, m2 = s.b * inv_n;
+
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (valid[k]) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        const PV sc = scale[p];
+        PV bi{};
+        if constexpr (K == LnKind::inv_grad) bi = bias[p];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const A scj = unpack(sc, j);
+          const A gy = static_cast<A>(unpack(gs[k], j));
+          const A g = mul_rn(gy, scj);
+          const A xh = xhat<K, A>(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
+                                  K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0));
+          o.v[j] = from_compute<T>(static_cast<compute_t<T>>(grad_out<K, A>(g, xh, m1, m2, r)));
+          if (want_partial) {
+            ps[k][j] = dfma(gy, xh, ps[k][j]);
+            if constexpr (kHasDbias<K>) pb[k][j] += gy;
+          }
+        }
+        store_pack<1>(reinterpret_cast<PT*>(dx + base) + p, o);
+      }
+  }
+
+  if (want_partial) {
+    A* part_s = static_cast<A*>(a.partial) + grp * a.cols;
+    A* part_b = static_cast<A*>(a.partial) + (a.groups + grp) * a.cols;
+    if (rows_per_block == 1) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int64_t p = static_cast<int64_t>(k) * lanes + t;
+        if (p < packs)
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            part_s[p * VEC + j] = ps[k][j];
+            if constexpr (kHasDbias<K>) part_b[p * VEC + j] = pb[k][j];
+          }
+      }
+    } else {
+      // The block's row groups, folded in group order through shared memory: [2][cols].
+      A* fold = reinterpret_cast<A*>(fold_raw);
+      for (int g = 0; g < rows_per_block; ++g) {
+        if (group == g) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            const int64_t p = static_cast<int64_t>(k) * lanes + t;
+            if (p < packs)
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) {
+                const int64_t c = p * VEC + j;
+                fold[c] = g == 0 ? ps[k][j] : fold[c] + ps[k][j];
+                if constexpr (kHasDbias<K>) fold[a.cols + c] = g == 0 ? pb[k][j] : fold[a.cols + c] + pb[k][j];
+              }
+          }
+        }
+        __syncthreads();
+      }
+      for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
+        part_s[c] = fold[c];
+        if constexpr (kHasDbias<K>) part_b[c] = fold[a.cols + c];
+      }
+    }
+  }
+  cluster_sync(cluster);  // peers may still read this block's shared memory
+}
+
+// ---- general: any alignment, any length ------------------------------------------------------------
+
+constexpr int kGeneralThreads = 256;
+constexpr int64_t kGeneralBlocks = 2 * kLnSms;
+constexpr int64_t kMaxPartialElems = int64_t{1} << 22;  // per output: 16 MiB of f32 partials
+
+// A block per row (rows blockIdx.x, + gridDim.x, ...), its threads striding the columns; the first
+// pass reduces S1 and S2, the second re-reads the row (from L1/L2) and writes dx. Thread t owns
+// columns t, t + blockDim.x, ... of the block's partial rows, which it updates in place row by row.
+template <LnKind K, class S>
+__global__ void __launch_bounds__(kGeneralThreads) general_grad_kernel(LnArgs a) {
+  using T = typename S::T;
+  using U = typename S::U;
+  using V = typename S::V;
+  using A = typename S::A;
+  using Src = src_t<K, S>;
+  __shared__ ReduceSmem<Sum2<A>> sm;
+  griddep_launch_dependents();
+  const Src* src = static_cast<const Src*>(a.src);
+  const V* dy = static_cast<const V*>(a.dy);
+  const V* scale = static_cast<const V*>(a.scale);
+  const V* bias = static_cast<const V*>(a.bias);
+  T* dx = static_cast<T*>(a.out);
+  const int64_t n = a.cols;
+  const A inv_n = A(1) / static_cast<A>(n);
+  A* part_s = a.partial ? static_cast<A*>(a.partial) + static_cast<int64_t>(blockIdx.x) * n : nullptr;
+  A* part_b = a.partial ? static_cast<A*>(a.partial) + (a.groups + blockIdx.x) * n : nullptr;
+  if (part_s)
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      part_s[c] = A(0);
+      if constexpr (kHasDbias<K>) part_b[c] = A(0);
+    }
+  auto elem = [&](int64_t base, int64_t c, A mu, A r, A& gy, A& g, A& xh) {
+    const A scj = static_cast<A>(to_compute(scale[c]));
+    gy = static_cast<A>(to_compute(dy[base + c]));
+    g = mul_rn(gy, scj);
+    xh = xhat<K, A>(static_cast<A>(to_compute(src[base + c])), mu, r, scj,
+                    K == LnKind::inv_grad ? static_cast<A>(to_compute(bias[c])) : A(0));
+  };
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t base = row * n;
+    const A mu = K == LnKind::ln_grad ? load_stat<A, U>(a.mean, row) : A(0);
+    const A r = load_stat<A, U>(a.inv_std, row);
+    Sum2<A> s{A(0), A(0)};
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      A gy, g, xh;
+      elem(base, c, mu, r, gy, g, xh);
+      s.a += g;
+      s.b = dfma(g, xh, s.b);
+    }
+    s = block_allreduce<Sum2Op<A>, 1>(s, sm, parity);
+    parity ^= 1;
+    const A m1 = s.a * inv_n, m2 = s.b * inv_n;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      A gy, g, xh;
+      elem(base, c, mu, r, gy, g, xh);
+      dx[base + c] = from_compute<T>(static_cast<compute_t<T>>(grad_out<K, A>(g, xh, m1, m2, r)));
+      if (part_s) {
+        part_s[c] = dfma(gy, xh, part_s[c]);
+        if constexpr (kHasDbias<K>) part_b[c] += gy;
+      }
+    }
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------------------
+
+enum class Path { warp, block, cluster, general };
+
+template <class G>
+Status visit_grad_kind(OpId op, G&& g) {
+  switch (op) {
+    case OpId::LayerNormalizationGrad: return g(std::integral_constant<LnKind, LnKind::ln_grad>{});
+    case OpId::InvertibleLayerNormalizationGrad: return g(std::integral_constant<LnKind, LnKind::inv_grad>{});
+    default: break;
+  }
+  return g(std::integral_constant<LnKind, LnKind::rms_grad>{});
+}
+
+// The path run() takes for a descriptor (the implementation rows decline all others).
+template <class S>
+Path path_of(const LayerNormDesc& d) {
+  if (!held_aligned<S>(d)) return Path::general;
+  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>);
+  if (!h.ok) return Path::general;
+  if (h.cluster > 1) return Path::cluster;
+  return h.lanes <= 32 ? Path::warp : Path::block;
+}
+
+Path path_of(const LayerNormDesc& d) {
+  Path p = Path::general;
+  (void)visit_sig(d, "", [&](auto sig) -> Status {
+    p = path_of<decltype(sig)>(d);
+    return {};
+  });
+  return p;
+}
+
+// Launches kernel with `blocks` blocks of `threads`, `cluster` blocks a cluster and `smem` bytes of
+// dynamic shared memory.
+template <class Kernel>
+Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
+                 std::size_t smem, cudaStream_t stream, const LnArgs& a) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = cluster > 1 ? &attr : nullptr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
+}
+
+template <LnKind K, class S>
+Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  using A = typename S::A;
+  using V = typename S::V;
+  constexpr int VEC = kLnVec<S>;
+  LnArgs a{};
+  a.dy = d.dy;
+  a.src = K == LnKind::inv_grad ? d.y : d.x;
+  a.scale = d.scale;
+  a.bias = d.bias;
+  a.mean = d.mean;
+  a.inv_std = d.inv_std;
+  a.out = d.dx;
+  a.prefetch = ln_prefetch();
+  a.rows = d.rows;
+  a.cols = d.cols;
+  const bool want = d.dscale || (kHasDbias<K> && d.dbias);
+  Path path = path_of<S>(d);
+  HeldShape h;
+  if (path != Path::general) {
+    h = held_shape(d.rows, d.cols / VEC);
+    if (h.cluster > 1)
+      if (Status s = fit_clusters(op, held_grad_kernel<K, S, VEC, kLnMaxPacks>, dev, d.rows, &h); !s) return s;
+    if (!h.ok) path = Path::general;
+  }
+  if (path == Path::general) {
+    a.groups = std::min<int64_t>({d.rows, kGeneralBlocks, std::max<int64_t>(1, kMaxPartialElems / d.cols)});
+  } else {
+    a.groups = h.groups;
+    a.lanes = h.lanes;
+    a.cluster = h.cluster;
+  }
+  const cudaStream_t stream = stream_of(ctx);
+  detail::Workspace ws;
+  if (want) {
+    const std::size_t bytes = sizeof(A) * static_cast<std::size_t>((kHasDbias<K> ? 2 : 1) * a.groups * d.cols);
+    if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), bytes, op); !s) return s;
+    a.partial = ws.as<A>();
+  }
+  auto launch_main = [&]() -> Status {
+    if (path == Path::general)
+      return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,
+                       stream, a);
+    const std::size_t smem = want && h.rows_per_block > 1 ? sizeof(A) * 2 * static_cast<std::size_t>(d.cols) : 0;
+    auto go = [&](auto kernel) {
+      return launch_ln(op, "the held gradient launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);
+    };
+    switch (h.n) {
+      case 1: return go(held_grad_kernel<K, S, VEC, 1>);
+      case 2: return go(held_grad_kernel<K, S, VEC, 2>);
+      default: break;
+    }
+    return go(held_grad_kernel<K, S, VEC, kLnMaxPacks>);
+  };
+  if (Status s = launch_main(); !s || !want) return s;
+  ColumnSumArgs<V> cs{};
+  int outs = 0;
+  if (d.dscale) {
+    cs.partial[outs] = a.partial ? static_cast<const A*>(a.partial) : nullptr;
+    cs.out[outs++] = static_cast<V*>(d.dscale);
+  }
+  if (kHasDbias<K> && d.dbias) {
+    cs.partial[outs] = static_cast<const A*>(a.partial) + a.groups * d.cols;
+    cs.out[outs++] = static_cast<V*>(d.dbias);
+  }
+  cs.groups = a.groups;
+  cs.cols = d.cols;
+  return launch_column_sum<V>(op, stream, cs, outs, "the dscale/dbias column-sum launch");
+}
+
+Status run(const LayerNormDesc& d, const Context& ctx) {
+  const std::string_view op = op_schema(d.op).name;
+  for (const auto& [p, dt] : {std::pair{d.x, d.t}, std::pair{d.y, d.v}, std::pair{d.dy, d.v},
+                              std::pair{static_cast<const void*>(d.dx), d.t}, std::pair{d.scale, d.v},
+                              std::pair{d.bias, d.v}, std::pair{d.mean, d.u}, std::pair{d.inv_std, d.u},
+                              std::pair{static_cast<const void*>(d.dscale), d.v},
+                              std::pair{static_cast<const void*>(d.dbias), d.v}})
+    if (p && !aligned_to(p, dtype_size(dt)))
+      return Status(StatusCode::unimplemented,
+                    std::string(op) + ": the CUDA kernels need every pointer aligned to its element size");
+  const bool rms = d.op == OpId::SimplifiedLayerNormalizationGrad;
+  if (d.cols == 0) return {};
+  if (d.rows == 0) {  // sums over no rows: +0.0, all-zero bits in every format
+    const std::size_t bytes = static_cast<std::size_t>(d.cols) * dtype_size(d.v);
+    for (void* p : {d.dscale, rms ? nullptr : d.dbias})
+      if (p)
+        if (Status s = status_of(cudaMemsetAsync(p, 0, bytes, stream_of(ctx)), op, "cudaMemsetAsync (an empty X)"); !s)
+          return s;
+    return {};
+  }
+  DeviceInfo dev;
+  if (Status s = current_device(op, &dev); !s) return s;
+  return visit_sig(d, op, [&](auto sig) -> Status {
+    using S = decltype(sig);
+    return visit_grad_kind(d.op, [&](auto kind) -> Status {
+      return run_grad<decltype(kind)::value, S>(op, d, ctx, dev);
+    });
+  });
+}
+
+}  // namespace
+}  // namespace gradops::cuda
+
+namespace gradops::detail {
+
+const char* cuda_layer_norm_grad_warp_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::warp ? nullptr
+                                              : "declines: rows not of whole 16-byte packs, or longer than a warp holds";
+}
+const char* cuda_layer_norm_grad_block_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::block
+             ? nullptr
+             : "declines: rows not of whole 16-byte packs, or not longer than a warp holds and no longer than a block";
+}
+const char* cuda_layer_norm_grad_cluster_declines(const LayerNormDesc& d) {
+  return cuda::path_of(d) == cuda::Path::cluster
+             ? nullptr
+             : "declines: rows not of whole 16-byte packs, or not longer than a block holds and no longer than a cluster";
+}
+Status cuda_layer_norm_grad(const LayerNormDesc& d, const Context& ctx) { return cuda::run(d, ctx); }
+
+}  // namespace gradops::detail

@@ -7,3 +7,5 @@ cd "$(dirname "$0")/.."
 cmake --preset default
 cmake --build build/default -j"$(nproc)"
 ctest --test-dir build/default --output-on-failure -j"$(nproc)"
+# The Python package (python/): installed offline into a venv over Debian's numpy and PyTorch, then pytest.
+./scripts/test_python.sh build/default

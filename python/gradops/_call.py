@@ -214,9 +214,12 @@ class _Plan:
                 raise NotImplementedError(
                     f"{op.name}: this libgradops ({lib.path}) cannot infer output shapes "
                     "(no gradops_infer_output_shapes); pass every output with out=")
-            sp = (N.TensorSpec * n_all)()
-            lib.check(lib.infer(op.c_name, self.ins, self.n_in, self.attrs, self.n_attrs, sp, _c_size_t(n_all)))
-            specs = [(s.dtype, tuple(s.shape[:s.rank])) for s in sp]
+            dims = (ctypes.c_int64 * (N.MAX_RANK * n_all))()
+            ranks = (ctypes.c_int32 * n_all)()
+            dtypes = (ctypes.c_int32 * n_all)()
+            lib.check(lib.infer(op.c_name, self.ins, self.n_in, self.attrs, self.n_attrs, dims, ranks, dtypes,
+                                _c_size_t(n_all)))
+            specs = [(dtypes[o], tuple(dims[o * N.MAX_RANK:o * N.MAX_RANK + ranks[o]])) for o in range(n_all)]
         dev = next(((m[2], m[3]) for m in in_meta if m is not None), (N.DEVICE_CPU, 0))
         n_out = max((i + 1 for i, w in enumerate(want) if w), default=0)
         self.out_desc = []
@@ -327,7 +330,7 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
     output (None where not wanted).
     """
     plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
-    code = op.library.run(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
+    code = op.library.c_run(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
                           plan.ctx_ref)
     if code:
         raise op.library.error(code)
@@ -340,7 +343,7 @@ def implementation_name(op, inputs, attr_values, want, out=None, num_threads=0):
     """The implementation gradops_run would pick for this call, validated but not run."""
     plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
     buf = ctypes.create_string_buffer(128)
-    op.library.check(op.library.impl_name(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs,
+    op.library.check(op.library.c_impl_name(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs,
                                           plan.n_attrs, plan.ctx_ref, buf, _c_size_t(128)))
     return buf.value.decode()
 
@@ -352,7 +355,7 @@ def prepare(op, inputs, attr_values, want, out=None, num_threads=0, stream=None)
     plan = _copy_plan(plan)  # its own descriptors: later calls with the same key must not move it
     if stream is not None:
         plan.ctx.cuda_stream = stream
-    run_fn, error, args = op.library.run, op.library.error, (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out,
+    run_fn, error, args = op.library.c_run, op.library.error, (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out,
                                                              plan.attrs, plan.n_attrs, plan.ctx_ref)
 
     def call():

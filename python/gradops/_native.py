@@ -40,17 +40,13 @@ class Context(ctypes.Structure):
                 ("allocator", ctypes.POINTER(Allocator))]
 
 
-class TensorSpec(ctypes.Structure):
-    """gradops_tensor_spec: the dtype and shape of one output, as the library infers it."""
-    _fields_ = [("dtype", ctypes.c_int32), ("rank", ctypes.c_int32), ("shape", ctypes.c_int64 * MAX_RANK)]
-
-
 class _OpInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("domain", ctypes.c_char_p), ("family", ctypes.c_char_p),
                 ("summary", ctypes.c_char_p), ("since_version", ctypes.c_int32), ("gradient", ctypes.c_int32),
                 ("num_inputs", ctypes.c_int32), ("num_outputs", ctypes.c_int32),
                 ("num_attributes", ctypes.c_int32), ("num_type_vars", ctypes.c_int32),
-                ("num_signatures", ctypes.c_int32), ("num_aliases", ctypes.c_int32)]
+                ("num_signatures", ctypes.c_int32), ("num_aliases", ctypes.c_int32),
+                ("origin", ctypes.c_char_p)]  # newer libraries; left NULL by older ones
 
 
 class _ArgInfo(ctypes.Structure):
@@ -122,17 +118,17 @@ class Library:
         # The hot path (gradops_run) is called without argtypes: every argument is passed as a ready
         # ctypes object (pointers to prebuilt arrays, c_size_t counts), which skips ctypes'
         # per-call conversion.
-        self.run = lib.gradops_run
-        self.run.restype = c.c_int
-        self.impl_name = lib.gradops_implementation_name
-        self.impl_name.restype = c.c_int
+        self.c_run = lib.gradops_run
+        self.c_run.restype = c.c_int
+        self.c_impl_name = lib.gradops_implementation_name
+        self.c_impl_name.restype = c.c_int
         self.infer = getattr(lib, "gradops_infer_output_shapes", None)
         if self.infer is not None:
             self.infer.restype = c.c_int
         self.supports_fn = getattr(lib, "gradops_supports", None)
         if self.supports_fn is not None:
-            self.supports_fn.restype = c.c_int32
-            self.supports_fn.argtypes = [c.c_int32, c.c_int32 * MAX_TYPE_VARS, c.c_int32]
+            self.supports_fn.restype = c.c_int
+            self.supports_fn.argtypes = [c.c_int32, c.c_int32, c.POINTER(c.c_int32), c.c_size_t, c.POINTER(c.c_int32)]
         self.has_shape_inference = self.infer is not None
         self.ops = {op.name: op for op in (OpInfo(self, i) for i in range(lib.gradops_op_count()))}
 
@@ -232,6 +228,7 @@ class OpInfo:
             al.append((o.value, i.value))
         self.aliases = tuple(al)
         self.c_name = self.name.encode()
+        self.origin = info.origin.decode() if info.origin else "onnxruntime"
 
     def supports(self, signature, device="cpu"):
         """Whether this build has a kernel for the dtypes `signature` (one per type variable, names
@@ -239,10 +236,11 @@ class OpInfo:
         fn = self.library.supports_fn
         if fn is None:
             return None
-        d = (ctypes.c_int32 * MAX_TYPE_VARS)(-1, -1, -1)
-        for v, name in enumerate(signature):
-            d[v] = DTYPE_NAMES.index(name)
-        return bool(fn(self.index, d, DEVICE_CUDA if device == "cuda" else DEVICE_CPU))
+        d = (ctypes.c_int32 * MAX_TYPE_VARS)(*[DTYPE_NAMES.index(n) for n in signature])
+        out = ctypes.c_int32(0)
+        self.library.check(fn(self.index, DEVICE_CUDA if device == "cuda" else DEVICE_CPU, d, len(signature),
+                              ctypes.byref(out)))
+        return bool(out.value)
 
     @property
     def devices(self):

@@ -59,7 +59,7 @@ def test_out_and_in_place():
 def test_non_contiguous_input_is_copied():
     if not gradops.has_shape_inference:
         pytest.skip("this libgradops has no output-shape inference")
-    x = np.arange(24, dtype=np.float64).reshape(4, 6)[:, ::2] / 10.0
+    x = (np.arange(24, dtype=np.float64).reshape(4, 6) / 10.0)[:, ::2]
     assert not x.flags.c_contiguous
     y = gradops.Tanh(x)
     np.testing.assert_allclose(y, np.tanh(x), rtol=1e-15)

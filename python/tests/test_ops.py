@@ -96,8 +96,18 @@ def test_oracle(case):
         lib = "torch"
     inputs = [None if t is None else _to_array(t, lib) for t in case["inputs"]]
     wanted = [o.name for o, e in zip(gradops.ops[case["op"]].outputs, case["outputs"]) if e is not None]
-    res = gradops.run(case["op"], inputs, case["attributes"], outputs=wanted)
+    # Outputs given, poisoned (NaN in every float format): every element must be written.
+    out = [None if e is None else _poisoned(e["tensor"], lib) for e in case["outputs"]]
+    res = gradops.run(case["op"], inputs, case["attributes"], outputs=wanted, out=out)
+    assert all(r is o for r, o in zip(res, out) if o is not None)
     _check(case, res)
+    if gradops.has_shape_inference:  # and allocated by the package from the library's shapes
+        _check(case, gradops.run(case["op"], inputs, case["attributes"], outputs=wanted))
+
+
+def _poisoned(t, lib):
+    a = _to_array(dict(t, values=[float("nan")] * len(t["values"])), lib)
+    return a
 
 
 @pytest.mark.skipif(not _have("torch"), reason="PyTorch is not installed")
@@ -109,5 +119,6 @@ def test_oracle_torch_generated_functions(case):
     inputs = [None if t is None else _to_array(t, "torch") for t in case["inputs"]]
     wanted = [o.name for o, e in zip(op.outputs, case["outputs"]) if e is not None]
     fn = getattr(gradops, case["op"])
-    res = fn(*inputs, **case["attributes"], outputs=wanted)
+    out = [None if e is None else _poisoned(e["tensor"], "torch") for e in case["outputs"]]
+    res = fn(*inputs, **case["attributes"], outputs=wanted, out=out if len(out) > 1 else out[0])
     _check(case, (res,) if len(op.outputs) == 1 else res)

@@ -116,8 +116,8 @@ def _name(mod, param):
     return ""
 
 
-def _compare(ref_mod, our_mod, shape, dtype, device, train=True, steps=2):
-    atol, rtol = TOL[dtype]
+def _compare(ref_mod, our_mod, shape, dtype, device, train=True, steps=2, tol=None):
+    atol, rtol = tol or TOL[dtype]
     ref_mod = ref_mod.to(device=device, dtype=dtype).train(train)
     our_mod = our_mod.to(device=device, dtype=dtype).train(train)
     assert list(ref_mod.state_dict()) == list(our_mod.state_dict())
@@ -126,18 +126,18 @@ def _compare(ref_mod, our_mod, shape, dtype, device, train=True, steps=2):
         x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
         y1, y2 = ref_mod(x1), our_mod(x2)
         assert y2.dtype == y1.dtype and y2.shape == y1.shape
-        torch.testing.assert_close(y2.float(), y1.float(), atol=atol * 4, rtol=rtol * 4)
+        torch.testing.assert_close(y2.double(), y1.double(), atol=atol * 4, rtol=rtol * 4)
         g = torch.randn_like(y1)
         y1.backward(g)
         y2.backward(g)
-        torch.testing.assert_close(x2.grad.float(), x1.grad.float(), atol=atol * 20, rtol=rtol * 20)
+        torch.testing.assert_close(x2.grad.double(), x1.grad.double(), atol=atol * 20, rtol=rtol * 20)
         for (n1, p1), (n2, p2) in zip(ref_mod.named_parameters(), our_mod.named_parameters()):
             assert n1 == n2
-            torch.testing.assert_close(p2.grad.float(), p1.grad.float(), atol=atol * 200, rtol=rtol * 20,
+            torch.testing.assert_close(p2.grad.double(), p1.grad.double(), atol=atol * 200, rtol=rtol * 20,
                                        msg=lambda m: f"grad of {n1}: {m}")
         for (n1, b1), (n2, b2) in zip(ref_mod.named_buffers(), our_mod.named_buffers()):
             assert n1 == n2
-            torch.testing.assert_close(b2.float(), b1.float(), atol=atol * 4, rtol=rtol * 4,
+            torch.testing.assert_close(b2.double(), b1.double(), atol=atol * 4, rtol=rtol * 4,
                                        msg=lambda m: f"buffer {n1}: {m}")
 
 
@@ -160,7 +160,10 @@ def test_layer_matches_torch_nn_f64(name, make_ref, make_ours, shape, device):
     _randomize(ref)
     ours = make_ours()
     ours.load_state_dict(ref.state_dict())
-    _compare(ref, ours, shape, torch.float64, device)
+    # ONNX FLOAT attributes are f32: QuickGelu's alpha and BatchNorm's momentum reach the kernel
+    # rounded to f32 (relative 1e-8 and 2.4e-7), and so does a large epsilon: f64 results show it.
+    f32_attr = name.startswith(("QuickGELU", "BatchNorm")) or name.endswith("_eps")
+    _compare(ref, ours, shape, torch.float64, device, tol=(1e-9, 1e-6) if f32_attr else None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

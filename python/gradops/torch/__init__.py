@@ -236,12 +236,18 @@ class LogSoftmax(nn.LogSoftmax):
 
 # ---- LayerNorm, RMSNorm --------------------------------------------------------------------------
 
+def _stash(x):
+    """ONNX's stash_type: the statistics in double for double inputs (as PyTorch keeps them), else float."""
+    return 11 if x.dtype == torch.float64 else 1
+
+
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, axis, eps, has_weight, has_bias):
         x = x.contiguous()
-        y, mean, inv_std = _run("LayerNormalization", (x, weight, bias), _attrs("LayerNormalization", axis=axis,
-                                epsilon=eps), _flags("LayerNormalization", "Y", "Mean", "InvStdDev"))
+        y, mean, inv_std = _run("LayerNormalization", (x, weight, bias),
+                                _attrs("LayerNormalization", axis=axis, epsilon=eps, stash_type=_stash(x)),
+                                _flags("LayerNormalization", "Y", "Mean", "InvStdDev"))
         ctx.save_for_backward(x, weight, mean, inv_std)
         ctx.axis, ctx.has_weight, ctx.has_bias = axis, has_weight, has_bias
         return y
@@ -280,7 +286,7 @@ class _RmsNorm(torch.autograd.Function):
     def forward(ctx, x, weight, axis, eps, has_weight):
         x = x.contiguous()
         y, inv = _run("SimplifiedLayerNormalization", (x, weight),
-                      _attrs("SimplifiedLayerNormalization", axis=axis, epsilon=eps),
+                      _attrs("SimplifiedLayerNormalization", axis=axis, epsilon=eps, stash_type=_stash(x)),
                       _flags("SimplifiedLayerNormalization", "Y", "inv_std_var"))
         ctx.save_for_backward(x, weight, inv)
         ctx.axis, ctx.has_weight = axis, has_weight

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/default}
 (($#)) && shift
-lib="$build/libgradops.so"
+lib="$(realpath -m "$build")/libgradops.so"
 [ -f "$lib" ] || cmake --build "$build" --target gradops_shared
 [ -x "$build/tests/oracle_export" ] || cmake --build "$build" --target oracle_export
 

@@ -125,3 +125,11 @@ def test_threads_do_not_change_results():
     a = gradops.Softmax_13(x, out=np.empty_like(x), num_threads=1)
     b = gradops.Softmax_13(x, out=np.empty_like(x), num_threads=2)
     np.testing.assert_array_equal(a, b)
+
+
+def test_installed_package_carries_its_library():
+    import os
+    if os.environ.get("GRADOPS_TEST_INSTALLED") != "1":
+        pytest.skip("testing the source tree (GRADOPS_TEST_INSTALLED=1 tests the installed package)")
+    assert "site-packages" in gradops.__file__
+    assert gradops.library_path.endswith(os.path.join("gradops", "_lib", "libgradops.so"))

@@ -8,11 +8,14 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "gradops/ops.hpp"
 #include "gradops/schema.hpp"
+#include "ops/op_call.hpp"
 
 static_assert(GRADOPS_MAX_RANK == gradops::kMaxRank);
+static_assert(GRADOPS_MAX_ARGS == gradops::kMaxArgs);
 static_assert(GRADOPS_MAX_TYPE_VARS == std::tuple_size_v<decltype(gradops::TypeSignature::types)>);
 static_assert(static_cast<int>(GRADOPS_INTERNAL) == static_cast<int>(gradops::StatusCode::internal));
 static_assert(GRADOPS_DTYPE_BF16 == static_cast<int>(gradops::DType::bf16));
@@ -35,25 +38,11 @@ gradops_status record(gradops_status code, const char* message) noexcept {
 gradops_status record(const Status& s) noexcept { return record(to_c(s.code()), s.message().c_str()); }
 gradops_status ok() noexcept { return record(GRADOPS_OK, ""); }
 
-// Runs f() (which returns a gradops_status and records its own errors) with every exception
-// turned into a status: nothing may unwind into C.
+// Runs f(), which returns a gradops::Status, through the library's one exception boundary and
+// records the outcome: nothing may unwind into C.
 template <class F>
-gradops_status guarded(const char* what, F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    char m[256];
-    std::snprintf(m, sizeof m, "%s: out of host memory", what);
-    return record(GRADOPS_OUT_OF_MEMORY, m);
-  } catch (const std::exception& e) {
-    char m[512];
-    std::snprintf(m, sizeof m, "%s: %s", what, e.what());
-    return record(GRADOPS_INTERNAL, m);
-  } catch (...) {
-    char m[256];
-    std::snprintf(m, sizeof m, "%s: unknown exception", what);
-    return record(GRADOPS_INTERNAL, m);
-  }
+gradops_status guarded(std::string_view what, F&& f) noexcept {
+  return record(gradops::detail::guarded(what, std::forward<F>(f)));
 }
 
 Status invalid(std::string message) { return Status(StatusCode::invalid_argument, std::move(message)); }
@@ -212,10 +201,10 @@ gradops_status gradops_run(const char* op_name, const gradops_tensor* const* inp
   return guarded(op_name ? op_name : "gradops_run", [&] {
     Call c;
     if (Status s = convert(op_name, inputs, num_inputs, outputs, num_outputs, attributes, num_attributes, &c); !s)
-      return record(s);
+      return s;
     const CContext cc(ctx);
-    return record(gradops::run(c.op->name, {c.in.data(), c.num_in}, {c.out.data(), c.num_out},
-                               {c.attrs.data(), c.num_attrs}, cc.ctx));
+    return gradops::run(c.op->name, {c.in.data(), c.num_in}, {c.out.data(), c.num_out},
+                        {c.attrs.data(), c.num_attrs}, cc.ctx);
   });
 }
 
@@ -225,17 +214,77 @@ gradops_status gradops_implementation_name(const char* op_name, const gradops_te
                                            size_t num_attributes, const gradops_context* ctx, char* name,
                                            size_t capacity) GRADOPS_NOEXCEPT {
   return guarded(op_name ? op_name : "gradops_implementation_name", [&] {
-    if (!name || capacity == 0) return record(GRADOPS_INVALID_ARGUMENT, "gradops_implementation_name: name is NULL or capacity is 0");
+    if (!name || capacity == 0) return invalid("gradops_implementation_name: name is NULL or capacity is 0");
     name[0] = '\0';
     Call c;
     if (Status s = convert(op_name, inputs, num_inputs, outputs, num_outputs, attributes, num_attributes, &c); !s)
-      return record(s);
+      return s;
     const CContext cc(ctx);
     std::string impl;
     const Status s = gradops::implementation_name(c.op->name, {c.in.data(), c.num_in}, {c.out.data(), c.num_out},
                                                   {c.attrs.data(), c.num_attrs}, cc.ctx, &impl);
     if (s) std::snprintf(name, capacity, "%s", impl.c_str());
-    return record(s);
+    return s;
+  });
+}
+
+gradops_status gradops_infer_output_shapes(const char* op_name, const gradops_tensor* const* inputs,
+                                           size_t num_inputs, const gradops_attribute* attributes,
+                                           size_t num_attributes, int64_t* output_dims, int32_t* output_ranks,
+                                           int32_t* output_dtypes, size_t num_outputs) GRADOPS_NOEXCEPT {
+  return guarded(op_name ? op_name : "gradops_infer_output_shapes", [&] {
+    Call c;
+    if (Status s = convert(op_name, inputs, num_inputs, nullptr, 0, attributes, num_attributes, &c); !s) return s;
+    const gradops::OpSchema& op = *c.op;
+    if (num_outputs < op.outputs.size())
+      return invalid(std::string(op.name) + ": num_outputs is " + std::to_string(num_outputs) + ", the op has " +
+                     std::to_string(op.outputs.size()) + " outputs");
+    if (!output_dims || !output_ranks)
+      return invalid(std::string(op.name) + ": output_dims or output_ranks is NULL");
+    std::array<gradops::TensorSpec, gradops::kMaxArgs> specs{};
+    if (Status s = gradops::infer_output_shapes(op.name, {c.in.data(), c.num_in}, {c.attrs.data(), c.num_attrs},
+                                                specs);
+        !s)
+      return s;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const bool has = o < op.outputs.size();
+      output_ranks[o] = has ? specs[o].rank : -1;
+      if (output_dtypes) output_dtypes[o] = has ? static_cast<int32_t>(specs[o].dtype) : -1;
+      for (int d = 0; d < GRADOPS_MAX_RANK; ++d)
+        output_dims[o * GRADOPS_MAX_RANK + static_cast<std::size_t>(d)] = has && d < specs[o].rank ? specs[o].dims[d] : 0;
+    }
+    return Status{};
+  });
+}
+
+gradops_status gradops_supports(int32_t op, int32_t device_type, const int32_t* dtypes, size_t num_dtypes,
+                                int32_t* supported) GRADOPS_NOEXCEPT {
+  return guarded("gradops_supports", [&] {
+    if (!supported) return invalid("gradops_supports: supported is NULL");
+    *supported = 0;
+    if (op < 0 || op >= gradops::kNumOps)
+      return invalid("gradops_supports: operator number " + std::to_string(op) + " is out of range [0, " +
+                     std::to_string(gradops::kNumOps) + ")");
+    const gradops::OpSchema& s = gradops::op_schemas()[static_cast<std::size_t>(op)];
+    if (device_type != GRADOPS_DEVICE_CPU && device_type != GRADOPS_DEVICE_CUDA)
+      return invalid("gradops_supports: unknown device type " + std::to_string(device_type));
+    const auto device = static_cast<gradops::DeviceType>(device_type);
+    if (!dtypes && num_dtypes == 0) {
+      *supported = gradops::supports(s.id, device);
+      return Status{};
+    }
+    if (!dtypes || num_dtypes != s.type_vars.size())
+      return invalid("gradops_supports: " + std::string(s.name) + " has " + std::to_string(s.type_vars.size()) +
+                     " type variables; dtypes must hold that many (or be NULL with num_dtypes 0 for any signature)");
+    gradops::TypeSignature sig{};
+    for (std::size_t v = 0; v < num_dtypes; ++v) {
+      if (dtypes[v] < GRADOPS_DTYPE_F32 || dtypes[v] > GRADOPS_DTYPE_BF16)
+        return invalid("gradops_supports: dtypes[" + std::to_string(v) + "] is an unknown dtype code " +
+                       std::to_string(dtypes[v]));
+      sig.types[v] = static_cast<gradops::DType>(dtypes[v]);
+    }
+    *supported = gradops::supports(s.id, sig, device);
+    return Status{};
   });
 }
 
@@ -275,7 +324,8 @@ gradops_status gradops_op_get_info(int32_t op, gradops_op_info* info) GRADOPS_NO
            static_cast<int32_t>(s->attributes.size()),
            static_cast<int32_t>(s->type_vars.size()),
            static_cast<int32_t>(s->signatures.size()),
-           static_cast<int32_t>(s->aliases.size())};
+           static_cast<int32_t>(s->aliases.size()),
+           gradops::op_origin_name(s->origin)};
   return ok();
 }
 

@@ -380,6 +380,64 @@ static void test_thread_local_error(void) {
 }
 #endif
 
+/* Output shapes from input descriptors alone (NULL data), as a ctypes caller would ask. */
+static void test_infer_output_shapes(void) {
+  const int64_t xs[] = {2, 3, 4};
+  const int64_t cols[] = {4};
+  gradops_tensor x = tensor(NULL, GRADOPS_DTYPE_F16, 3, xs);
+  gradops_tensor scale = tensor(NULL, GRADOPS_DTYPE_F16, 1, cols);
+  const gradops_tensor* in[] = {&x, &scale};
+  const gradops_attribute axis = {"axis", 1};
+  int64_t dims[GRADOPS_MAX_ARGS][GRADOPS_MAX_RANK];
+  int32_t ranks[GRADOPS_MAX_ARGS], dtypes[GRADOPS_MAX_ARGS];
+  /* LayerNormalization at axis 1 wants 12 scale values: the call is rejected, nothing written. */
+  ranks[0] = 99;
+  CHECK(gradops_infer_output_shapes("LayerNormalization", in, 2, &axis, 1, &dims[0][0], ranks, dtypes,
+                                    GRADOPS_MAX_ARGS) == GRADOPS_INVALID_ARGUMENT);
+  CHECK(contains(gradops_last_error(), "LayerNormalization") && contains(gradops_last_error(), "'Scale'"));
+  CHECK(ranks[0] == 99);
+  /* At the last axis: Y like X, Mean and InvStdDev one per row with the normalized dims kept as 1. */
+  CHECK(gradops_infer_output_shapes("LayerNormalization", in, 2, NULL, 0, &dims[0][0], ranks, dtypes,
+                                    GRADOPS_MAX_ARGS) == GRADOPS_OK);
+  CHECK(ranks[0] == 3 && dims[0][0] == 2 && dims[0][1] == 3 && dims[0][2] == 4 && dims[0][3] == 0);
+  CHECK(dtypes[0] == GRADOPS_DTYPE_F16);
+  CHECK(ranks[1] == 3 && dims[1][0] == 2 && dims[1][1] == 3 && dims[1][2] == 1);
+  CHECK(dtypes[1] == GRADOPS_DTYPE_F32 && dtypes[2] == GRADOPS_DTYPE_F32);
+  CHECK(ranks[3] == -1 && ranks[4] == -1 && dtypes[3] == -1);
+  /* Room for fewer outputs than the op has: an error. */
+  CHECK(gradops_infer_output_shapes("LayerNormalization", in, 2, NULL, 0, &dims[0][0], ranks, NULL, 2) ==
+        GRADOPS_INVALID_ARGUMENT);
+  /* BiasGeluGrad_dX: dB like B. */
+  const int64_t bs[] = {4};
+  gradops_tensor dy = tensor(NULL, GRADOPS_DTYPE_F32, 3, xs), x32 = tensor(NULL, GRADOPS_DTYPE_F32, 3, xs),
+                 b = tensor(NULL, GRADOPS_DTYPE_F32, 1, bs);
+  const gradops_tensor* bin[] = {&dy, &x32, &b};
+  CHECK(gradops_infer_output_shapes("BiasGeluGrad_dX", bin, 3, NULL, 0, &dims[0][0], ranks, NULL, 2) == GRADOPS_OK);
+  CHECK(ranks[0] == 3 && ranks[1] == 1 && dims[1][0] == 4);
+}
+
+static void test_supports(void) {
+  const int32_t op = gradops_op_find("LayerNormalizationGrad");
+  int32_t yes = -1;
+  CHECK(gradops_supports(op, GRADOPS_DEVICE_CPU, NULL, 0, &yes) == GRADOPS_OK && yes == 1);
+  const int32_t sig[] = {GRADOPS_DTYPE_F16, GRADOPS_DTYPE_F32, GRADOPS_DTYPE_F16};
+  CHECK(gradops_supports(op, GRADOPS_DEVICE_CPU, sig, 3, &yes) == GRADOPS_OK && yes == 1);
+  const int32_t unlisted[] = {GRADOPS_DTYPE_F16, GRADOPS_DTYPE_F64, GRADOPS_DTYPE_F16};
+  CHECK(gradops_supports(op, GRADOPS_DEVICE_CPU, unlisted, 3, &yes) == GRADOPS_OK && yes == 0);
+  CHECK(gradops_supports(op, GRADOPS_DEVICE_CPU, sig, 1, &yes) == GRADOPS_INVALID_ARGUMENT);
+  CHECK(contains(gradops_last_error(), "type variables"));
+  CHECK(gradops_supports(op, 7, NULL, 0, &yes) == GRADOPS_INVALID_ARGUMENT);
+  CHECK(gradops_supports(-1, GRADOPS_DEVICE_CPU, NULL, 0, &yes) == GRADOPS_INVALID_ARGUMENT);
+  CHECK(gradops_supports(op, GRADOPS_DEVICE_CPU, NULL, 0, NULL) == GRADOPS_INVALID_ARGUMENT);
+  /* Every op runs on the CPU; the answer for CUDA is whatever the build has (asked, not assumed). */
+  for (int32_t i = 0; i < gradops_op_count(); ++i) {
+    CHECK(gradops_supports(i, GRADOPS_DEVICE_CPU, NULL, 0, &yes) == GRADOPS_OK && yes == 1);
+    CHECK(gradops_supports(i, GRADOPS_DEVICE_CUDA, NULL, 0, &yes) == GRADOPS_OK && (yes == 0 || yes == 1));
+  }
+  gradops_op_info info;
+  CHECK(gradops_op_get_info(op, &info) == GRADOPS_OK && strcmp(info.origin, "onnxruntime") == 0);
+}
+
 int main(void) {
   test_relu_grad();
   test_sigmoid_grad();
@@ -389,6 +447,8 @@ int main(void) {
   test_allocator();
   test_implementation_name();
   test_introspection();
+  test_infer_output_shapes();
+  test_supports();
 #if !defined(__STDC_NO_THREADS__)
   test_thread_local_error();
 #endif

@@ -1,6 +1,7 @@
 // gradops list: the op table as ONNX Runtime users read it.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 
@@ -42,9 +43,10 @@ std::string attribute_list(const OpSchema& op) {
 }
 
 void print_op(const OpSchema& op) {
-  std::printf("%s  %s v%d  %s, %s family\n", std::string(op.name).c_str(),
+  std::printf("%s  %s v%d  %s, %s family%s\n", std::string(op.name).c_str(),
               op.domain.empty() ? "ai.onnx" : std::string(op.domain).c_str(), op.since_version,
-              op.gradient ? "gradient" : "forward", op_family_name(op.family));
+              op.gradient ? "gradient" : "forward", op_family_name(op.family),
+              op.origin == OpOrigin::gradops ? ", gradops' own (not an ONNX Runtime operator)" : "");
   std::printf("  %s\n", std::string(op.summary).c_str());
   std::printf("  inputs:     %s\n", arg_list(op, op.inputs).c_str());
   std::printf("  outputs:    %s\n", arg_list(op, op.outputs).c_str());
@@ -60,6 +62,29 @@ void print_op(const OpSchema& op) {
     if (several) sigs += ')';
   }
   std::printf("  dtypes (%s): %s\n", vars.c_str(), sigs.c_str());
+  // Per device type, what this build runs: the signatures it has kernels for, and the
+  // implementation rows that dispatch tries (in order) for them.
+  for (DeviceType device : {DeviceType::cpu, DeviceType::cuda}) {
+    std::string have, rows;
+    std::size_t count = 0;
+    for (const TypeSignature& s : op.signatures) {
+      const std::vector<std::string> names = implementations(op.id, s, device);
+      if (names.empty()) continue;
+      ++count;
+      if (!have.empty()) have += ' ';
+      if (several) have += '(';
+      for (std::size_t v = 0; v < op.type_vars.size(); ++v) have.append(v ? ", " : "").append(dtype_name(s.types[v]));
+      if (several) have += ')';
+      for (const std::string& n : names)
+        if (rows.find(n) == std::string::npos) rows += (rows.empty() ? "" : ", ") + n;
+    }
+    const std::string label = std::string(device_type_name(device)) + ":";
+    if (count == 0)
+      std::printf("  %-11s not implemented in this build\n", label.c_str());
+    else
+      std::printf("  %-11s %s; %s\n", label.c_str(), count == op.signatures.size() ? "every signature" : have.c_str(),
+                  rows.c_str());
+  }
   for (const AliasRule& r : op.aliases)
     std::printf("  in place:   %s may be the same buffer as %s\n", std::string(op.outputs[r.output].name).c_str(),
                 std::string(op.inputs[r.input].name).c_str());
@@ -75,8 +100,9 @@ int list_main(std::span<char* const> args) {
     print_help(stdout, "gradops list [--op NAMES]",
                "Every operator with its ONNX Runtime signature: domain, inputs and outputs with their\n"
                "type variables (optional ones and gradops extensions marked), attributes with types and\n"
-               "defaults (required ones marked), the dtype signatures, in-place pairs; and the devices\n"
-               "this build runs them on.",
+               "defaults (required ones marked), the dtype signatures, in-place pairs; and, per device\n"
+               "type, the signatures this build has kernels for and the implementations that\n"
+               "dispatch tries for them, in order.",
                kSpecs);
     return kExitOk;
   }
@@ -87,11 +113,18 @@ int list_main(std::span<char* const> args) {
   for (const OpSchema& op : op_schemas()) (op.gradient ? gradients : forwards)++;
   std::printf("gradops %s: %d operators (%d gradients, %d forward companions)\n", GRADOPS_VERSION,
               gradients + forwards, gradients, forwards);
+  for (DeviceType device : {DeviceType::cpu, DeviceType::cuda}) {
+    int ops = 0;
+    for (const OpSchema& op : op_schemas()) ops += supports(op.id, device);
+    std::printf("%s: %d of %d operators implemented in this build%s\n", device_type_name(device), ops,
+                gradients + forwards,
 #if defined(GRADOPS_HAVE_CUDA)
-  std::printf("devices: cpu, cuda (every operator, in each of its dtype signatures)\n");
+                ""
 #else
-  std::printf("devices: cpu (every operator, in each of its dtype signatures; built without CUDA)\n");
+                device == DeviceType::cuda ? " (built without CUDA)" : ""
 #endif
+    );
+  }
   bool first_forward = true;
   for (const OpSchema& op : op_schemas()) {
     if (!sel.op_selected(op)) continue;

@@ -58,6 +58,8 @@ typedef enum gradops_device_type { GRADOPS_DEVICE_CPU = 0, GRADOPS_DEVICE_CUDA =
 const char* gradops_dtype_name(int32_t dtype) GRADOPS_NOEXCEPT;
 
 #define GRADOPS_MAX_RANK 8
+/* No operator has more inputs, or more outputs, than this. */
+#define GRADOPS_MAX_ARGS 5
 
 typedef struct gradops_device {
   int32_t type;  /* a gradops_device_type */
@@ -121,6 +123,35 @@ gradops_status gradops_implementation_name(const char* op_name, const gradops_te
                                            size_t num_attributes, const gradops_context* ctx, char* name,
                                            size_t capacity) GRADOPS_NOEXCEPT;
 
+/* ---- output shapes and what this build runs ----------------------------------------------------- */
+
+/* The dtype and shape of every output of `op_name` (optional ones included, in the schema's order)
+ * for these inputs and attributes, from the op table's per-output rules. Inputs are read for their
+ * dtype, shape and device only: `data` may be NULL. The call is validated as gradops_run would
+ * validate it with every output present at the inferred shapes, except for data pointers; a valid
+ * call that this build has no kernel for (gradops_supports says 0) still gets its shapes.
+ *   output_dims:   num_outputs rows of GRADOPS_MAX_RANK int64 values; row o holds output o's dims,
+ *                  the entries past its rank set to 0
+ *   output_ranks:  num_outputs values
+ *   output_dtypes: num_outputs gradops_dtype values, or NULL when not wanted
+ *   num_outputs:   at least the op's number of outputs (gradops_op_info.num_outputs, at most
+ *                  GRADOPS_MAX_ARGS); entries past them get rank -1 and dtype -1.
+ * On failure nothing is written. */
+gradops_status gradops_infer_output_shapes(const char* op_name, const gradops_tensor* const* inputs,
+                                           size_t num_inputs, const gradops_attribute* attributes,
+                                           size_t num_attributes, int64_t* output_dims, int32_t* output_ranks,
+                                           int32_t* output_dtypes, size_t num_outputs) GRADOPS_NOEXCEPT;
+
+/* Whether this build has a kernel for operator `op` (a number from gradops_op_find) on devices of
+ * type `device_type` (a gradops_device_type): *supported is 1 or 0. dtypes holds one gradops_dtype
+ * per type variable of the op (num_dtypes = gradops_op_info.num_type_vars, in the order of
+ * gradops_op_get_type_var); dtypes NULL with num_dtypes 0 asks for any signature of the op. A
+ * dtype combination that is not one of the op's signatures is not supported (0, not an error).
+ * A static fact of the build, the same for every call: what gradops_run can dispatch to before a
+ * kernel's own limits on a particular call pick among the implementations. */
+gradops_status gradops_supports(int32_t op, int32_t device_type, const int32_t* dtypes, size_t num_dtypes,
+                                int32_t* supported) GRADOPS_NOEXCEPT;
+
 /* ---- the op table ------------------------------------------------------------------------------ */
 
 typedef enum gradops_attribute_type { GRADOPS_ATTRIBUTE_INT = 0, GRADOPS_ATTRIBUTE_FLOAT = 1 } gradops_attribute_type;
@@ -140,6 +171,8 @@ typedef struct gradops_op_info {
   int32_t num_type_vars;   /* "T", or "T","U","V", or "T","T1","T2" */
   int32_t num_signatures;  /* allowed dtype assignments to the type variables */
   int32_t num_aliases;     /* (output, input) pairs that may share one buffer */
+  const char* origin;      /* "onnxruntime": ORT's operator (the ORT adapter registers these);
+                              "gradops": gradops' own, registered in no ORT domain */
 } gradops_op_info;
 
 typedef struct gradops_arg_info {

@@ -6,12 +6,15 @@
 // output byte untouched. Optional outputs are std::nullopt when not wanted.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gradops/context.hpp"
+#include "gradops/schema.hpp"
 #include "gradops/status.hpp"
 #include "gradops/types.hpp"
 
@@ -236,5 +239,43 @@ Status run(std::string_view op_name, std::span<const TensorView* const> inputs,
 Status implementation_name(std::string_view op_name, std::span<const TensorView* const> inputs,
                            std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
                            const Context& ctx, std::string* name);
+
+// ---- what a call produces, and what this build runs ---------------------------------------------
+
+// The dtype and shape of one output, as infer_output_shapes gives it.
+struct TensorSpec {
+  DType dtype = DType::f32;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> dims{};
+
+  std::span<const int64_t> shape() const noexcept { return {dims.data(), static_cast<std::size_t>(rank)}; }
+};
+
+// The dtype and shape of every output of `op_name` (optional ones included, in the schema's
+// order) for these inputs and attributes, from the op table's per-output rules (ArgSchema::shape).
+// Inputs are read for their dtype, shape and device only: data may be null. The call is validated
+// as `run` would validate it with every output present at the inferred shapes (so a call that
+// could never run fails here with run's message), except that nothing about data pointers is
+// checked and a valid call that this build has no kernel for still gets its shapes. An output
+// dtype that no input determines (InvertibleLayerNormalizationGrad's T, LayerNormalization's U
+// without statistics outputs) is the first signature's that matches the inputs.
+// outputs.size() must be at least the op's number of outputs; entries past it are left alone, and
+// on failure nothing is written.
+Status infer_output_shapes(std::string_view op_name, std::span<const TensorView* const> inputs,
+                           std::span<const Attribute> attributes, std::span<TensorSpec> outputs);
+
+// Whether this build has a kernel for `op` with the dtypes `signature` (one per type variable, in
+// the schema's type_vars order) on devices of type `device`. A static fact of the build, read from
+// the implementation lists: it is what `run` can dispatch to, before any kernel's own limits on a
+// particular call (sizes, alignment) pick among the rows. A signature the op table does not list
+// for `op` is never supported.
+bool supports(OpId op, const TypeSignature& signature, DeviceType device) noexcept;
+// ... in at least one of its signatures.
+bool supports(OpId op, DeviceType device) noexcept;
+
+// The display names of the implementation rows that may run `op` with `signature` on `device`, in
+// the order dispatch tries them ("cuda:warp_per_row", "cuda:block_per_row", ...). Empty exactly when
+// supports() is false.
+std::vector<std::string> implementations(OpId op, const TypeSignature& signature, DeviceType device);
 
 }  // namespace gradops

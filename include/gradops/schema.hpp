@@ -39,12 +39,26 @@ struct AttrSchema {
   std::string_view doc;
 };
 
+// How an output's shape follows from the inputs of a valid call (infer_output_shapes in
+// gradops/ops.hpp reads it; the op's shape checks then confirm it).
+struct ShapeRule {
+  enum Kind : uint8_t {
+    none,         // inputs: no rule
+    like_input,   // the shape of input `input`
+    rows_of_input,  // the dims of input `input` before the op's 'axis' attribute, then 1s up to its
+                    // rank (ONNX LayerNormalization's Mean and InvStdDev)
+  };
+  Kind kind = none;
+  int8_t input = -1;
+};
+
 struct ArgSchema {
   std::string_view name;  // ORT's name
   uint8_t type_var;       // index into OpSchema::type_vars
   bool optional;
   bool extension;         // gradops-only, not in ORT's schema
   std::string_view doc;
+  ShapeRule shape{};      // outputs: how the shape follows from the inputs
 };
 
 // One allowed assignment of dtypes to the op's type variables, in type_vars order.
@@ -57,6 +71,13 @@ struct AliasRule {
   int8_t output;
   int8_t input;
 };
+
+// Whose operator this is. ONNX Runtime's operators (the ONNX domain or ORT's com.microsoft
+// contrib and training ops) keep ORT's names and schemas, and only they are registered by the ONNX
+// Runtime adapter; gradops' own operators are listed, run and checked like the others but never
+// registered in a domain that belongs to someone else.
+enum class OpOrigin : uint8_t { onnxruntime, gradops };
+const char* op_origin_name(OpOrigin o) noexcept;  // "onnxruntime", "gradops"
 
 struct OpSchema {
   OpId id;
@@ -73,6 +94,7 @@ struct OpSchema {
   std::span<const TypeSignature> signatures;
   std::span<const AliasRule> aliases;
   std::string_view summary;
+  OpOrigin origin = OpOrigin::onnxruntime;
 
   int num_required_inputs() const noexcept;
   int num_required_outputs() const noexcept;

@@ -45,22 +45,13 @@ using namespace gradops;
 constexpr uint32_t kMinOrtApiVersion = 18;
 constexpr const char* kMinOrtRelease = "1.18";
 
-// The operators registered: every gradient operator, and BatchNormInternal (which ORT's training
-// rewrite puts in place of BatchNormalization). Never a name stock ONNX Runtime already has (Gelu,
-// Softmax, LayerNormalization, ...): a custom kernel would silently replace ORT's own.
-bool registered(const OpSchema& op) { return op.gradient || op.id == OpId::BatchNormInternal; }
-
-// The input whose shape each output takes (for valid calls; gradops rejects the others).
-int shape_source(const OpSchema& op, int output) {
-  switch (op.family) {
-    case OpFamily::activation: return output == 0 ? 0 : 2;  // dX like dY, dB like B: [last dim]
-    case OpFamily::softmax: return 0;                       // dX like dY
-    case OpFamily::layer_norm: return output == 0 ? 1 : 2;  // X_grad like X (Y); the rest like scale
-    case OpFamily::batch_norm:
-      if (op.gradient) return output == 0 ? 1 : 2;  // X_grad like X; scale_grad, bias_grad: [C]
-      return output == 0 ? 0 : 3;                   // Y like X; the statistics like input_mean: [C]
-  }
-  return -1;
+// The operators registered: ONNX Runtime's own (OpSchema::origin) that stock ORT lacks, which are
+// every gradient operator and BatchNormInternal (ORT's training rewrite puts it in place of
+// BatchNormalization). Never a name stock ONNX Runtime already has (Gelu, Softmax,
+// LayerNormalization, ...): a custom kernel would silently replace ORT's own. Never gradops' own
+// operators either: com.microsoft is ORT's domain, and a name there is ORT's to define.
+bool registered(const OpSchema& op) {
+  return op.origin == OpOrigin::onnxruntime && (op.gradient || op.id == OpId::BatchNormInternal);
 }
 
 ONNXTensorElementDataType ort_type(DType t) {
@@ -345,10 +336,15 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
     if (OrtStatus* s = view_of(api, op, v, &in_views[i])) return s;
     in[i] = &in_views[i];
   }
+  // The outputs' shapes by the op table's rules. A call they cannot be inferred for is one gradops
+  // rejects: say why now, before ORT allocates anything.
+  std::array<TensorSpec, kMaxArgs> specs{};
+  if (const Status st = infer_output_shapes(op.name, std::span(in.data(), op.inputs.size()),
+                                            std::span(k.attrs.data(), static_cast<size_t>(k.num_attrs)), specs);
+      !st)
+    return error(api, ort_code(st.code()), st.message());
   for (size_t o = 0; o < op.outputs.size() && o < n_out; ++o) {
-    const int src = shape_source(op, static_cast<int>(o));
-    std::span<const int64_t> shape;
-    if (src >= 0 && in[src]) shape = in[src]->shape();
+    const std::span<const int64_t> shape = specs[o].shape();
     OrtValue* v = nullptr;
     if (OrtStatus* s = api->KernelContext_GetOutput(ctx, o, shape.data(), shape.size(), &v)) return s;
     if (!v) continue;  // an optional output the node does not have

@@ -5,8 +5,8 @@
 
 #include "gradops/status.hpp"
 #include "gradops/types.hpp"
-#include "cpu/simd.hpp"
 #include "ops/dispatch.hpp"
+#include "ops/op_call.hpp"
 
 namespace gradops {
 
@@ -96,12 +96,16 @@ bool verbose_dispatch() {
   return on;
 }
 
-void log_dispatch(std::string_view op, const char* impl, const char* verdict) {
-  // CPU implementations run on the SIMD target chosen for this CPU: name it too.
-  const bool cpu = std::strncmp(impl, "cpu", 3) == 0;
+void log_dispatch(std::string_view op, const char* impl, const char* verdict, const char* target) {
   std::fprintf(stderr, "gradops: dispatch %.*s: %s%s%s%s %s\n", static_cast<int>(op.size()), op.data(), impl,
-               cpu ? " [" : "", cpu ? cpu::simd_target_name() : "", cpu ? "]" : "", verdict);
+               target ? " [" : "", target ? target : "", target ? "]" : "", verdict);
 }
+
+namespace {
+const Status g_out_of_memory(StatusCode::out_of_memory, "out of host memory");
+}  // namespace
+
+const Status& out_of_memory_status() noexcept { return g_out_of_memory; }
 
 }  // namespace detail
 }  // namespace gradops

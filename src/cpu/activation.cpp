@@ -279,88 +279,78 @@ Status BiasOp(const ActivationDesc& d, const Context& ctx, F f) {
   return {};
 }
 
+// The elementwise form of a Kind that never has a bias.
+template <class T, bool kWide, class F>
+Status Plain(const ActivationDesc& d, const Context& ctx, F f) {
+  Elementwise<T, kWide>(d, ctx, f);
+  return {};
+}
+// The elementwise form, or (when the call has a bias) the row form at X + B.
+template <class T, bool kWide, class F>
+Status Apply(const ActivationDesc& d, const Context& ctx, F f) {
+  if (d.bias) return BiasOp<T, kWide>(d, ctx, [f](auto t, auto g, auto x, auto b) { return f(t, g, hn::Add(x, b)); });
+  return Plain<T, kWide>(d, ctx, f);
+}
+
 template <class T>
 Status RunTyped(const ActivationDesc& d, const Context& ctx) {
   const auto alpha = d.alpha;
-  switch (d.op) {
-    case OpId::GeluGrad:
-      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto x) {
+  using K = ::gradops::detail::ActivationKind;
+  switch (d.kind) {
+    case K::gelu_grad:
+      // X + B as an exact two-term sum: the derivative's cancellation near x = -0.75 needs it.
+      if (d.bias)
+        return BiasOp<T, false>(d, ctx, [](auto t, auto g, auto x, auto b) {
+          V<decltype(t)> hi, lo;
+          TwoSum<decltype(t)>(x, b, hi, lo);
+          return hn::Mul(g, GeluDerivativeSplit(t, hi, lo));
+        });
+      return Plain<T, false>(d, ctx, [](auto t, auto g, auto x) {
         return hn::Mul(g, GeluDerivativeSplit(t, x, hn::Zero(t)));
       });
-      break;
-    case OpId::FastGeluGrad:
-      Elementwise<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative(t, x)); });
-      break;
-    case OpId::QuickGeluGrad:
-      Elementwise<T, true>(d, ctx, [alpha](auto t, auto g, auto x) {
+    case K::fast_gelu_grad:
+      return Apply<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative(t, x)); });
+    case K::quick_gelu_grad:
+      return Plain<T, true>(d, ctx, [alpha](auto t, auto g, auto x) {
         return hn::Mul(g, QuickGeluDerivative(t, x, hn::Set(t, alpha)));
       });
-      break;
-    case OpId::ReluGrad:
-      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto x) { return hn::IfThenElseZero(hn::Gt(x, hn::Zero(t)), g); });
-      break;
-    case OpId::SigmoidGrad:
-      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto y) {
+    case K::relu_grad:
+      return Plain<T, false>(d, ctx, [](auto t, auto g, auto x) { return hn::IfThenElseZero(hn::Gt(x, hn::Zero(t)), g); });
+    case K::sigmoid_grad:
+      return Plain<T, false>(d, ctx, [](auto t, auto g, auto y) {
         return hn::Mul(hn::Mul(g, y), hn::Sub(hn::Set(t, 1), y));
       });
-      break;
-    case OpId::TanhGrad:
-      Elementwise<T, false>(d, ctx, [](auto t, auto g, auto y) {
+    case K::tanh_grad:
+      return Plain<T, false>(d, ctx, [](auto t, auto g, auto y) {
         const auto one = hn::Set(t, 1);
         return hn::Mul(g, hn::Mul(hn::Sub(one, y), hn::Add(one, y)));
       });
-      break;
-    case OpId::LeakyReluGrad:
-      Elementwise<T, false>(d, ctx, [alpha](auto t, auto g, auto y) {
+    case K::leaky_relu_grad:
+      return Plain<T, false>(d, ctx, [alpha](auto t, auto g, auto y) {
         return hn::IfThenElse(hn::Gt(y, hn::Zero(t)), g, hn::Mul(hn::Set(t, alpha), g));
       });
-      break;
-    case OpId::Gelu:
-      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Gelu(t, x); });
-      break;
-    case OpId::QuickGelu:
-      Elementwise<T, true>(d, ctx, [alpha](auto t, auto, auto x) {
+    case K::gelu:
+      return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return Gelu(t, x); });
+    case K::fast_gelu:
+      return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
+    case K::quick_gelu:
+      return Plain<T, true>(d, ctx, [alpha](auto t, auto, auto x) {
         return hn::Mul(x, Sigmoid(t, hn::Mul(hn::Set(t, alpha), x)));
       });
-      break;
-    case OpId::Relu:  // NaN propagates
-      Elementwise<T, false>(d, ctx, [](auto t, auto, auto x) {
+    case K::relu:  // NaN propagates
+      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) {
         return hn::IfThenElse(hn::Lt(x, hn::Zero(t)), hn::Zero(t), hn::IfThenElse(hn::Eq(x, hn::Zero(t)), hn::Zero(t), x));
       });
-      break;
-    case OpId::Sigmoid:
-      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid(t, x); });
-      break;
-    case OpId::Tanh:
-      Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return VTanh(t, x); });
-      break;
-    case OpId::LeakyRelu:
-      Elementwise<T, false>(d, ctx, [alpha](auto t, auto, auto x) {
+    case K::sigmoid:
+      return Plain<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid(t, x); });
+    case K::tanh:
+      return Plain<T, true>(d, ctx, [](auto t, auto, auto x) { return VTanh(t, x); });
+    case K::leaky_relu:
+      return Plain<T, false>(d, ctx, [alpha](auto t, auto, auto x) {
         return hn::IfThenElse(hn::Gt(x, hn::Zero(t)), x, hn::Mul(hn::Set(t, alpha), x));
       });
-      break;
-    case OpId::FastGelu:
-      if (!d.bias) {
-        Elementwise<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
-        break;
-      }
-      return BiasOp<T, true>(d, ctx, [](auto t, auto, auto x, auto b) { return FastGelu(t, hn::Add(x, b)); });
-    case OpId::BiasGelu:
-      return BiasOp<T, true>(d, ctx, [](auto t, auto, auto x, auto b) { return Gelu(t, hn::Add(x, b)); });
-    case OpId::BiasGeluGrad_dX:
-      return BiasOp<T, false>(d, ctx, [](auto t, auto g, auto x, auto b) {
-        V<decltype(t)> hi, lo;
-        TwoSum<decltype(t)>(x, b, hi, lo);
-        return hn::Mul(g, GeluDerivativeSplit(t, hi, lo));
-      });
-    case OpId::BiasFastGeluGrad_dX:
-      return BiasOp<T, true>(d, ctx, [](auto t, auto g, auto x, auto b) {
-        return hn::Mul(g, FastGeluDerivative(t, hn::Add(x, b)));
-      });
-    default:
-      return Status(StatusCode::internal, "activation kernel: not an activation op");
   }
-  return {};
+  return Status(StatusCode::internal, "activation kernel: unknown kind");
 }
 
 }  // namespace

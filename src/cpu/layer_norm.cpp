@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/workspace.hpp"
 #include "cpu/convert.hpp"
@@ -61,7 +62,7 @@ constexpr int64_t kMinChunkRows = 64;
 constexpr int64_t kMaxPartialElems = int64_t{1} << 22;
 constexpr int64_t kFinishCols = 512;  // columns per block of the partials' column sums
 
-enum class Kind { ln_grad, invertible_grad, rms_grad, ln_fwd, rms_fwd };
+using Kind = ::gradops::detail::LayerNormKind;
 
 template <class T, class U, class V>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<U, double> ||
@@ -553,44 +554,44 @@ Status RunForward(const LayerNormDesc& desc, const Context& ctx) {
 
 template <class T, class U, class V>
 Status RunTyped(const LayerNormDesc& d, const Context& ctx) {
-  switch (d.op) {
-    case OpId::LayerNormalizationGrad: return RunGrad<Kind::ln_grad, T, U, V>(d, ctx);
-    case OpId::InvertibleLayerNormalizationGrad: return RunGrad<Kind::invertible_grad, T, U, V>(d, ctx);
-    case OpId::SimplifiedLayerNormalizationGrad: return RunGrad<Kind::rms_grad, T, U, V>(d, ctx);
-    case OpId::LayerNormalization: return RunForward<Kind::ln_fwd, T, U, V>(d, ctx);
-    case OpId::SimplifiedLayerNormalization: return RunForward<Kind::rms_fwd, T, U, V>(d, ctx);
-    default: break;
+  switch (d.kind) {
+    case Kind::ln_grad: return RunGrad<Kind::ln_grad, T, U, V>(d, ctx);
+    case Kind::invertible_grad: return RunGrad<Kind::invertible_grad, T, U, V>(d, ctx);
+    case Kind::rms_grad: return RunGrad<Kind::rms_grad, T, U, V>(d, ctx);
+    case Kind::ln_fwd: return RunForward<Kind::ln_fwd, T, U, V>(d, ctx);
+    case Kind::rms_fwd: return RunForward<Kind::rms_fwd, T, U, V>(d, ctx);
   }
-  return Status(StatusCode::internal, std::string(op_schema(d.op).name) + ": not a LayerNorm-family op");
+  return Status(StatusCode::internal, std::string(op_schema(d.op).name) + ": unknown LayerNorm kind");
 }
 
-// The (T, U, V) signatures of the op table; only these are instantiated.
-template <class T, class U, class V>
-struct Sig {};
-template <class... S>
-struct SigList {};
-using Signatures = SigList<Sig<float, float, float>, Sig<double, double, double>, Sig<double, float, double>,
-                           Sig<half, float, half>, Sig<bfloat16, float, bfloat16>, Sig<float, float, half>,
-                           Sig<half, float, float>>;
+// The family's signatures (kLayerNormSignatures), each instantiated once.
+template <DType D>
+using storage_t = std::conditional_t<D == DType::f32, float,
+                                     std::conditional_t<D == DType::f64, double,
+                                                        std::conditional_t<D == DType::f16, half, bfloat16>>>;
 
-template <class T, class U, class V>
-bool TrySig(Sig<T, U, V>, const LayerNormDesc& d, const Context& ctx, Status* s) {
-  if (d.t != dtype_of<T>::value || d.u != dtype_of<U>::value || d.v != dtype_of<V>::value) return false;
-  *s = RunTyped<T, U, V>(d, ctx);
+template <std::size_t I>
+bool TrySig(const LayerNormDesc& d, const Context& ctx, Status* s) {
+  constexpr TypeSignature sig = ::gradops::detail::kLayerNormSignatures[I];
+  if (d.t != sig.types[0] || d.u != sig.types[1] || d.v != sig.types[2]) return false;
+  *s = RunTyped<storage_t<sig.types[0]>, storage_t<sig.types[1]>, storage_t<sig.types[2]>>(d, ctx);
   return true;
 }
 
-template <class... S>
-Status RunSignature(SigList<S...>, const LayerNormDesc& d, const Context& ctx) {
+template <std::size_t... I>
+Status RunSignature(std::index_sequence<I...>, const LayerNormDesc& d, const Context& ctx) {
   Status s;
-  if ((TrySig(S{}, d, ctx, &s) || ...)) return s;
+  if ((TrySig<I>(d, ctx, &s) || ...)) return s;
+  // The op layer matched the call against the same list: unreachable.
   return Status(StatusCode::internal, std::string(op_schema(d.op).name) + ": no CPU kernel for (" +
                                           dtype_name(d.t) + ", " + dtype_name(d.u) + ", " + dtype_name(d.v) + ")");
 }
 
 }  // namespace
 
-Status LayerNorm(const LayerNormDesc& d, const Context& ctx) { return RunSignature(Signatures{}, d, ctx); }
+Status LayerNorm(const LayerNormDesc& d, const Context& ctx) {
+  return RunSignature(std::make_index_sequence<::gradops::detail::kLayerNormSignatures.size()>{}, d, ctx);
+}
 
 }  // namespace gradops::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

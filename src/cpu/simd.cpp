@@ -170,4 +170,11 @@ void apply_simd_target_from_environment() {
 }
 
 }  // namespace gradops::cpu
+
+// The CPU rows' `target` in the implementation lists (declared with them in ops/dispatch.hpp, so
+// that the op layer names the target without including the backend).
+namespace gradops::detail {
+const char* cpu_simd_target() { return cpu::simd_target_name(); }
+}  // namespace gradops::detail
 #endif  // HWY_ONCE
+

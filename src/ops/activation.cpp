@@ -11,26 +11,36 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<ActivationDesc> kImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_activation},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_activation, nullptr, cpu_simd_target},
 #if GRADOPS_HAVE_CUDA
     {"cuda:vec16", DeviceType::cuda, cuda_activation_vec16_declines, cuda_activation_vec16},
     {"cuda:scalar", DeviceType::cuda, nullptr, cuda_activation_scalar},
 #endif
 };
 
-bool has_bias_input(OpId op) {
-  return op == OpId::BiasGeluGrad_dX || op == OpId::BiasFastGeluGrad_dX || op == OpId::BiasGelu ||
-         op == OpId::FastGelu;
+constexpr auto kRows = row_infos(kImpls);
+
+// Every op of the family maps to a Kind, and only Kinds that take a bias come with one.
+constexpr bool contract_holds() {
+  for (int i = 0; i < kNumOps; ++i) {
+    const auto op = static_cast<OpId>(i);
+    if (activation_bias_input(op) >= 0 && !activation_kind_takes_bias(activation_kind(op))) return false;
+  }
+  return true;
 }
+static_assert(contract_holds());
 
 }  // namespace
+
+std::span<const RowInfo> activation_rows() { return kRows; }
 
 Status run_activation(const OpCall& c, const Context& ctx) {
   const OpSchema& op = *c.op;
   ActivationDesc d{};
   d.op = op.id;
+  d.kind = activation_kind(op.id);
   d.dtype = c.types[0];
-  d.alpha = op.find_attribute("alpha") >= 0 ? static_cast<float>(c.attribute("alpha")) : 0.0f;
+  d.alpha = static_cast<float>(c.attribute("alpha", 0.0));
 
   // Grads: (dY, X|Y[, B]) -> dX[, dB]. Forwards: (X[, bias]) -> Y.
   const int main_in = op.gradient ? 1 : 0;
@@ -43,8 +53,8 @@ Status run_activation(const OpCall& c, const Context& ctx) {
     return invalid(c, "attribute 'alpha' is " + std::to_string(d.alpha) +
                           ", expected >= 0 (the mask on Y is only a correct gradient for alpha >= 0)");
 
-  const int bias_in = op.gradient ? 2 : 1;
-  if (has_bias_input(op.id) && c.has_input(bias_in)) {
+  const int bias_in = activation_bias_input(op.id);
+  if (bias_in >= 0 && c.has_input(bias_in)) {
     const TensorView& b = c.input(bias_in);
     if (x.rank < 1)
       return invalid(c, "'" + std::string(c.in_name(main_in)) + "' has rank 0; a bias needs rank >= 1");
@@ -68,7 +78,7 @@ Status run_activation(const OpCall& c, const Context& ctx) {
   d.dy = op.gradient ? c.input(0).data : nullptr;
   d.x = x.data;
   d.out = out.data;
-  return dispatch<ActivationDesc>(kImpls, op.name, c.device, d, ctx);
+  return dispatch<ActivationDesc>(kImpls, c, d, ctx);
 }
 
 }  // namespace gradops::detail

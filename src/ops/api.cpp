@@ -1,7 +1,5 @@
 // The typed C++ entry points: each maps its args struct onto the schema's input/output order.
-#include <exception>
 #include <initializer_list>
-#include <new>
 
 #include "gradops/ops.hpp"
 #include "ops/op_call.hpp"
@@ -14,14 +12,10 @@ const TensorView* opt(const std::optional<TensorView>& t) { return t ? &*t : nul
 Status call(OpId id, std::initializer_list<const TensorView*> in, std::initializer_list<const TensorView*> out,
             std::initializer_list<Attribute> attrs, const Context& ctx) {
   const OpSchema& op = op_schema(id);
-  try {
-    return detail::run_op(op, {in.begin(), in.size()}, {out.begin(), out.size()},
-                          {attrs.begin(), attrs.size()}, ctx);
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_memory, std::string(op.name) + ": out of host memory");
-  } catch (const std::exception& e) {
-    return Status(StatusCode::internal, std::string(op.name) + ": " + e.what());
-  }
+  return detail::guarded(op.name, [&] {
+    return detail::run_op(op, {in.begin(), in.size()}, {out.begin(), out.size()}, {attrs.begin(), attrs.size()},
+                          ctx);
+  });
 }
 
 }  // namespace

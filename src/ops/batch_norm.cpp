@@ -11,8 +11,9 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<BatchNormDesc> kImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm, nullptr, cpu_simd_target},
 };
+constexpr auto kRows = row_infos(kImpls);
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
 
@@ -26,6 +27,8 @@ Status require_channels(const OpCall& c, std::string_view name, const TensorView
 }
 
 }  // namespace
+
+std::span<const RowInfo> batch_norm_rows() { return kRows; }
 
 Status run_batch_norm(const OpCall& c, const Context& ctx) {
   const OpSchema& op = *c.op;
@@ -112,7 +115,7 @@ Status run_batch_norm(const OpCall& c, const Context& ctx) {
     d.saved_mean = out_or_null(3);
     d.saved_inv_std = out_or_null(4);
   }
-  return dispatch<BatchNormDesc>(kImpls, op.name, c.device, d, ctx);
+  return dispatch<BatchNormDesc>(kImpls, c, d, ctx);
 }
 
 }  // namespace gradops::detail

@@ -2,11 +2,25 @@
 // Statistics are per channel over N·spatial values, in either layout.
 #pragma once
 
+#include <array>
+
 #include "gradops/context.hpp"
 #include "gradops/schema.hpp"
 #include "gradops/status.hpp"
 
 namespace gradops::detail {
+
+// The family's (T, T1, T2) signatures: ORT's CUDA combinations, plus T = T1 with T2 = f32. The op
+// table lists exactly these.
+inline constexpr std::array<TypeSignature, 7> kBatchNormSignatures = {{
+    {{DType::f32, DType::f32, DType::f32}},
+    {{DType::f64, DType::f64, DType::f64}},
+    {{DType::f64, DType::f64, DType::f32}},
+    {{DType::f16, DType::f16, DType::f16}},
+    {{DType::f16, DType::f16, DType::f32}},
+    {{DType::f16, DType::f32, DType::f32}},
+    {{DType::bf16, DType::bf16, DType::f32}},
+}};
 
 struct BatchNormDesc {
   OpId op;                // BatchNormalizationGrad or BatchNormInternal

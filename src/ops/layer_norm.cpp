@@ -18,8 +18,9 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<LayerNormDesc> kImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_layer_norm},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_layer_norm, nullptr, cpu_simd_target},
 };
+constexpr auto kRows = row_infos(kImpls);
 
 // Where each tensor sits in the op's argument lists; -1 where the op has no such tensor.
 struct Roles {
@@ -105,6 +106,8 @@ int64_t checked_product(const TensorView& t, int begin, int end) {
 
 }  // namespace
 
+std::span<const RowInfo> layer_norm_rows() { return kRows; }
+
 Status run_layer_norm(const OpCall& c, const Context& ctx) {
   const OpSchema& op = *c.op;
   const Roles r = roles_of(op.id);
@@ -115,7 +118,7 @@ Status run_layer_norm(const OpCall& c, const Context& ctx) {
     return invalid(c, quoted(main_name) + " has rank 0, expected rank >= 1 (rows are the dims before axis, "
                                           "columns the dims from axis on)");
   int axis = 0;
-  if (Status s = normalize_axis(c, static_cast<int64_t>(c.attribute("axis")), main.rank, &axis); !s) return s;
+  if (Status s = normalize_axis(c, static_cast<int64_t>(c.attribute("axis", -1)), main.rank, &axis); !s) return s;
   // An empty X may have dims whose product overflows on one side of the axis. Columns past int64
   // leave scale no valid shape; rows past int64 mean cols = 0, and then no per-row tensor can
   // exist either (it would overflow too): there is nothing to compute.
@@ -154,6 +157,7 @@ Status run_layer_norm(const OpCall& c, const Context& ctx) {
   auto out = [&](int o) -> void* { return o >= 0 && c.has_output(o) ? c.output(o).data : nullptr; };
   LayerNormDesc d{};
   d.op = op.id;
+  d.kind = layer_norm_kind(op.id);
   d.t = c.types[0];
   d.u = c.types[1];
   d.v = c.types[2];
@@ -173,8 +177,8 @@ Status run_layer_norm(const OpCall& c, const Context& ctx) {
   d.out_mean = out(r.out_mean);
   d.out_inv_std = out(r.out_inv_std);
   // stash_type is not read: the dtype of the statistics tensors (U) says what the caller wants.
-  d.epsilon = op.find_attribute("epsilon") >= 0 ? static_cast<float>(c.attribute("epsilon")) : 0.0f;
-  return dispatch<LayerNormDesc>(kImpls, op.name, c.device, d, ctx);
+  d.epsilon = static_cast<float>(c.attribute("epsilon", 0.0));
+  return dispatch<LayerNormDesc>(kImpls, c, d, ctx);
 }
 
 }  // namespace gradops::detail

@@ -4,9 +4,11 @@
 //
 // Every op of the family sees its main tensor as `rows` contiguous rows of `cols` elements (rows =
 // the product of the dims before axis, cols = the product of the dims from axis on). Statistics hold
-// one value per row; scale, bias and their gradients hold one value per column.
+// one value per row; scale, bias and their gradients hold one value per column. Kernels never see
+// an axis or an op: the op layer gives them rows x cols, a Kind and the matched (T, U, V).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "gradops/context.hpp"
@@ -15,8 +17,40 @@
 
 namespace gradops::detail {
 
+// What a kernel computes, per row, in the compute type (f64 when any of T, U, V is f64, else f32):
+//   ln_grad:          LayerNormalizationGrad, x-hat = (x - mean) * inv_std
+//   invertible_grad:  InvertibleLayerNormalizationGrad, x-hat = (y - bias) / scale
+//   rms_grad:         SimplifiedLayerNormalizationGrad, x-hat = x * inv_rms, no mean term, no dbias
+//   ln_fwd:           LayerNormalization
+//   rms_fwd:          SimplifiedLayerNormalization (RMSNorm)
+enum class LayerNormKind : uint8_t { ln_grad, invertible_grad, rms_grad, ln_fwd, rms_fwd };
+
+constexpr LayerNormKind layer_norm_kind(OpId op) noexcept {
+  switch (op) {
+    case OpId::LayerNormalizationGrad: return LayerNormKind::ln_grad;
+    case OpId::InvertibleLayerNormalizationGrad: return LayerNormKind::invertible_grad;
+    case OpId::SimplifiedLayerNormalizationGrad: return LayerNormKind::rms_grad;
+    case OpId::LayerNormalization: return LayerNormKind::ln_fwd;
+    default: return LayerNormKind::rms_fwd;
+  }
+}
+
+// The family's (T, U, V) signatures: ORT's CUDA combinations, plus T = V with U = f32 (and U = f64
+// for T = f64). The op table lists exactly these, and every backend instantiates its kernels from
+// this list (a signature added here is compiled everywhere, never a run-time `internal`).
+inline constexpr std::array<TypeSignature, 7> kLayerNormSignatures = {{
+    {{DType::f32, DType::f32, DType::f32}},
+    {{DType::f64, DType::f64, DType::f64}},
+    {{DType::f64, DType::f32, DType::f64}},
+    {{DType::f16, DType::f32, DType::f16}},
+    {{DType::bf16, DType::f32, DType::bf16}},
+    {{DType::f32, DType::f32, DType::f16}},
+    {{DType::f16, DType::f32, DType::f32}},
+}};
+
 struct LayerNormDesc {
-  OpId op;
+  OpId op;  // for messages; kernels switch on kind
+  LayerNormKind kind;
   // The matched signature: t for X and X_grad, u for the statistics, v for Y_grad, Y, scale, bias
   // and the parameter gradients (ORT's type variables).
   DType t, u, v;

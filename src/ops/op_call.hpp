@@ -4,6 +4,8 @@
 #pragma once
 
 #include <array>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "gradops/context.hpp"
@@ -25,7 +27,14 @@ struct OpCall {
   const TensorView& output(int i) const { return *out[i]; }
   bool has_input(int i) const { return in[i] != nullptr; }
   bool has_output(int i) const { return out[i] != nullptr; }
-  double attribute(std::string_view name) const { return attr[op->find_attribute(name)]; }
+  // The attribute's value (the default when the call did not give it), or `absent` when the op has
+  // no attribute of that name: a family asking every op of the family for "alpha" gets `absent`
+  // from those that have none, never a read outside the array.
+  double attribute(std::string_view name, double absent = 0) const {
+    const int i = op->find_attribute(name);
+    return i >= 0 ? attr[static_cast<std::size_t>(i)] : absent;
+  }
+  TypeSignature signature() const { return TypeSignature{types}; }
   std::string_view in_name(int i) const { return op->inputs[i].name; }
   std::string_view out_name(int i) const { return op->outputs[i].name; }
 };
@@ -53,5 +62,27 @@ Status run_batch_norm(const OpCall& c, const Context& ctx);
 Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
               std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
               const Context& ctx);
+
+// out_of_memory, made when the library loads, so that returning it needs no memory.
+const Status& out_of_memory_status() noexcept;
+
+// The one exception boundary of the C++ API (the C ABI goes through it too): runs f(), which
+// returns a Status, and turns anything it throws into one naming `what`.
+template <class F>
+Status guarded(std::string_view what, F&& f) noexcept {
+  try {
+    try {
+      return f();
+    } catch (const std::bad_alloc&) {
+      return Status(StatusCode::out_of_memory, std::string(what) + ": out of host memory");
+    } catch (const std::exception& e) {
+      return Status(StatusCode::internal, std::string(what) + ": " + e.what());
+    } catch (...) {
+      return Status(StatusCode::internal, std::string(what) + ": unknown exception");
+    }
+  } catch (...) {
+    return out_of_memory_status();  // building the message itself failed: no memory left for it
+  }
+}
 
 }  // namespace gradops::detail

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "gradops/schema.hpp"
+#include "ops/batch_norm.hpp"
+#include "ops/layer_norm.hpp"
 
 namespace gradops {
 namespace {
@@ -16,18 +18,18 @@ constexpr std::string_view kTUV[] = {"T", "U", "V"};
 constexpr std::string_view kTT1T2[] = {"T", "T1", "T2"};
 
 constexpr TypeSignature kAllT[] = {{{f32}}, {{f64}}, {{f16}}, {{bf16}}};
-// LayerNorm family (T, U, V): ORT's CUDA combinations, plus T = V with U = f32 (and U = f64 for
-// T = f64).
-constexpr TypeSignature kLayerNormSigs[] = {
-    {{f32, f32, f32}}, {{f64, f64, f64}}, {{f64, f32, f64}}, {{f16, f32, f16}},
-    {{bf16, f32, bf16}}, {{f32, f32, f16}}, {{f16, f32, f32}}};
-// BatchNorm (T, T1, T2): ORT's CUDA combinations, plus T = T1 with T2 = f32.
-constexpr TypeSignature kBatchNormSigs[] = {
-    {{f32, f32, f32}}, {{f64, f64, f64}}, {{f64, f64, f32}}, {{f16, f16, f16}},
-    {{f16, f16, f32}}, {{f16, f32, f32}}, {{bf16, bf16, f32}}};
+// LayerNorm family (T, U, V): the family contract's list (src/ops/layer_norm.hpp).
+constexpr std::span<const TypeSignature> kLayerNormSigs = detail::kLayerNormSignatures;
+// BatchNorm (T, T1, T2): the family contract's list (src/ops/batch_norm.hpp).
+constexpr std::span<const TypeSignature> kBatchNormSigs = detail::kBatchNormSignatures;
 
 constexpr AliasRule kDxMayBeDy[] = {{0, 0}};
 constexpr AliasRule kBatchNormInternalAliases[] = {{1, 3}, {2, 4}};
+
+// Output shapes (ShapeRule): like input i, or one value per row of input i.
+constexpr ShapeRule kLike0{ShapeRule::like_input, 0}, kLike1{ShapeRule::like_input, 1},
+    kLike2{ShapeRule::like_input, 2}, kLike3{ShapeRule::like_input, 3};
+constexpr ShapeRule kRowsOf0{ShapeRule::rows_of_input, 0};
 
 // ---- arguments --------------------------------------------------------------------------------
 
@@ -43,10 +45,10 @@ constexpr ArgSchema kIn_Softmax[] = {{"dY", 0, kReq, kOrt, "incoming gradient"},
 constexpr ArgSchema kIn_LogSoftmax[] = {
     {"dY", 0, kReq, kOrt, "incoming gradient"},
     {"X", 0, kReq, kOrt, "the forward log-softmax *output* (ORT names it X)"}};
-constexpr ArgSchema kOut_dX[] = {{"dX", 0, kReq, kOrt, "gradient of the input"}};
+constexpr ArgSchema kOut_dX[] = {{"dX", 0, kReq, kOrt, "gradient of the input", kLike0}};
 constexpr ArgSchema kOut_dX_dB[] = {
-    {"dX", 0, kReq, kOrt, "gradient at X + B"},
-    {"dB", 0, kOpt, kExt, "sum of dX over all but the last axis, from the same pass"}};
+    {"dX", 0, kReq, kOrt, "gradient at X + B", kLike0},
+    {"dB", 0, kOpt, kExt, "sum of dX over all but the last axis, from the same pass", kLike2}};
 
 constexpr ArgSchema kIn_LayerNormGrad[] = {
     {"Y_grad", 2, kReq, kOrt, "incoming gradient"},
@@ -54,9 +56,9 @@ constexpr ArgSchema kIn_LayerNormGrad[] = {
     {"scale", 2, kReq, kOrt, "scale (gamma), cols values"},
     {"mean", 1, kReq, kOrt, "saved row means, one per row"},
     {"inv_std_dev", 1, kReq, kOrt, "saved 1/sqrt(var + epsilon), one per row"}};
-constexpr ArgSchema kOut_LayerNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X"},
-                                            {"scale_grad", 2, kOpt, kOrt, "gradient of scale"},
-                                            {"bias_grad", 2, kOpt, kOrt, "gradient of bias"}};
+constexpr ArgSchema kOut_LayerNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X", kLike1},
+                                            {"scale_grad", 2, kOpt, kOrt, "gradient of scale", kLike2},
+                                            {"bias_grad", 2, kOpt, kOrt, "gradient of bias", kLike2}};
 constexpr ArgSchema kIn_InvertibleLayerNormGrad[] = {
     {"Y_grad", 2, kReq, kOrt, "incoming gradient"},
     {"Y", 2, kReq, kOrt, "forward output"},
@@ -68,37 +70,37 @@ constexpr ArgSchema kIn_RmsNormGrad[] = {
     {"X", 0, kReq, kOrt, "forward input"},
     {"scale", 2, kReq, kOrt, "scale (gamma), cols values"},
     {"inv_std_var", 1, kReq, kOrt, "saved inverse RMS 1/sqrt(mean(x^2) + epsilon), one per row"}};
-constexpr ArgSchema kOut_RmsNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X"},
-                                          {"scale_grad", 2, kOpt, kOrt, "gradient of scale"}};
+constexpr ArgSchema kOut_RmsNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X", kLike1},
+                                          {"scale_grad", 2, kOpt, kOrt, "gradient of scale", kLike2}};
 constexpr ArgSchema kIn_BatchNormGrad[] = {
     {"dY", 0, kReq, kOrt, "incoming gradient"},
     {"X", 0, kReq, kOrt, "forward input"},
     {"scale", 1, kReq, kOrt, "scale, one per channel"},
     {"mean", 2, kReq, kOrt, "saved batch mean, one per channel"},
     {"variance", 2, kReq, kOrt, "saved inverse std 1/sqrt(var + epsilon), one per channel"}};
-constexpr ArgSchema kOut_BatchNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X"},
-                                            {"scale_grad", 1, kOpt, kOrt, "gradient of scale"},
-                                            {"bias_grad", 1, kOpt, kOrt, "gradient of bias"}};
+constexpr ArgSchema kOut_BatchNormGrad[] = {{"X_grad", 0, kReq, kOrt, "gradient of X", kLike1},
+                                            {"scale_grad", 1, kOpt, kOrt, "gradient of scale", kLike2},
+                                            {"bias_grad", 1, kOpt, kOrt, "gradient of bias", kLike2}};
 
 constexpr ArgSchema kIn_X[] = {{"X", 0, kReq, kOrt, "input"}};
-constexpr ArgSchema kOut_Y[] = {{"Y", 0, kReq, kOrt, "output"}};
+constexpr ArgSchema kOut_Y[] = {{"Y", 0, kReq, kOrt, "output", kLike0}};
 constexpr ArgSchema kIn_FastGelu[] = {{"X", 0, kReq, kOrt, "input"},
                                       {"bias", 0, kOpt, kOrt, "optional bias, 1-D, length of X's last dim"}};
 constexpr ArgSchema kIn_BiasGelu[] = {{"A", 0, kReq, kOrt, "input"},
                                       {"B", 0, kReq, kOrt, "bias, 1-D, length of A's last dim"}};
-constexpr ArgSchema kOut_C[] = {{"C", 0, kReq, kOrt, "Gelu(A + B)"}};
+constexpr ArgSchema kOut_C[] = {{"C", 0, kReq, kOrt, "Gelu(A + B)", kLike0}};
 constexpr ArgSchema kIn_Softmax_X[] = {{"input", 0, kReq, kOrt, "input"}};
-constexpr ArgSchema kOut_Softmax_Y[] = {{"output", 0, kReq, kOrt, "output"}};
+constexpr ArgSchema kOut_Softmax_Y[] = {{"output", 0, kReq, kOrt, "output", kLike0}};
 constexpr ArgSchema kIn_LayerNorm[] = {{"X", 0, kReq, kOrt, "input"},
                                        {"Scale", 2, kReq, kOrt, "scale (gamma), cols values"},
                                        {"B", 2, kOpt, kOrt, "bias (beta), cols values"}};
-constexpr ArgSchema kOut_LayerNorm[] = {{"Y", 2, kReq, kOrt, "output"},
-                                        {"Mean", 1, kOpt, kOrt, "row means"},
-                                        {"InvStdDev", 1, kOpt, kOrt, "1/sqrt(biased var + epsilon) per row"}};
+constexpr ArgSchema kOut_LayerNorm[] = {{"Y", 2, kReq, kOrt, "output", kLike0},
+                                        {"Mean", 1, kOpt, kOrt, "row means", kRowsOf0},
+                                        {"InvStdDev", 1, kOpt, kOrt, "1/sqrt(biased var + epsilon) per row", kRowsOf0}};
 constexpr ArgSchema kIn_RmsNorm[] = {{"X", 0, kReq, kOrt, "input"},
                                      {"scale", 2, kReq, kOrt, "scale (gamma), cols values"}};
-constexpr ArgSchema kOut_RmsNorm[] = {{"Y", 2, kReq, kOrt, "output"},
-                                      {"inv_std_var", 1, kOpt, kOrt, "1/sqrt(mean(x^2) + epsilon) per row"}};
+constexpr ArgSchema kOut_RmsNorm[] = {{"Y", 2, kReq, kOrt, "output", kLike0},
+                                      {"inv_std_var", 1, kOpt, kOrt, "1/sqrt(mean(x^2) + epsilon) per row", kRowsOf0}};
 constexpr ArgSchema kIn_BatchNormInternal[] = {
     {"X", 0, kReq, kOrt, "input"},
     {"scale", 1, kReq, kOrt, "scale, one per channel"},
@@ -106,11 +108,11 @@ constexpr ArgSchema kIn_BatchNormInternal[] = {
     {"input_mean", 2, kReq, kOrt, "running mean before the step"},
     {"input_var", 2, kReq, kOrt, "running variance before the step"}};
 constexpr ArgSchema kOut_BatchNormInternal[] = {
-    {"Y", 0, kReq, kOrt, "output"},
-    {"running_mean", 2, kOpt, kOrt, "momentum*input_mean + (1-momentum)*batch mean"},
-    {"running_var", 2, kOpt, kOrt, "momentum*input_var + (1-momentum)*unbiased batch variance"},
-    {"saved_mean", 2, kOpt, kOrt, "batch mean"},
-    {"saved_inv_std", 2, kOpt, kOrt, "1/sqrt(biased batch variance + epsilon)"}};
+    {"Y", 0, kReq, kOrt, "output", kLike0},
+    {"running_mean", 2, kOpt, kOrt, "momentum*input_mean + (1-momentum)*batch mean", kLike3},
+    {"running_var", 2, kOpt, kOrt, "momentum*input_var + (1-momentum)*unbiased batch variance", kLike3},
+    {"saved_mean", 2, kOpt, kOrt, "batch mean", kLike3},
+    {"saved_inv_std", 2, kOpt, kOrt, "1/sqrt(biased batch variance + epsilon)", kLike3}};
 
 // ---- attributes -------------------------------------------------------------------------------
 
@@ -230,6 +232,23 @@ constexpr bool table_in_id_order() {
 }
 static_assert(table_in_id_order(), "kOps must list every OpId once, in order");
 
+// Every output has a shape rule that names an input the op has and always has (a required one).
+constexpr bool output_shapes_complete() {
+  for (const OpSchema& op : kOps)
+    for (const ArgSchema& o : op.outputs) {
+      if (o.shape.kind == ShapeRule::none || o.shape.input < 0 ||
+          static_cast<std::size_t>(o.shape.input) >= op.inputs.size() || op.inputs[o.shape.input].optional)
+        return false;
+      if (o.shape.kind == ShapeRule::rows_of_input) {
+        bool has_axis = false;
+        for (const AttrSchema& a : op.attributes) has_axis = has_axis || a.name == "axis";
+        if (!has_axis) return false;
+      }
+    }
+  return true;
+}
+static_assert(output_shapes_complete(), "every output needs a shape rule from a required input");
+
 }  // namespace
 
 int OpSchema::num_required_inputs() const noexcept {
@@ -250,6 +269,10 @@ const OpSchema* find_op(std::string_view name) noexcept {
   for (const OpSchema& op : kOps)
     if (op.name == name) return &op;
   return nullptr;
+}
+
+const char* op_origin_name(OpOrigin o) noexcept {
+  return o == OpOrigin::onnxruntime ? "onnxruntime" : o == OpOrigin::gradops ? "gradops" : "?";
 }
 
 const char* op_family_name(OpFamily f) noexcept {

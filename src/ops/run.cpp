@@ -1,10 +1,10 @@
 // The checks every op shares, in the order a user would want to hear about them, and the hand-off
 // to the op's family. Nothing here or in a family's op layer writes to an output.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "cpu/simd.hpp"
 #include "gradops/ops.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/op_call.hpp"
@@ -60,7 +60,8 @@ Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
   return {};
 }
 
-Status check_tensor(const OpCall& c, const char* role, std::string_view name, const TensorView& t) {
+Status check_tensor(const OpCall& c, const char* role, std::string_view name, const TensorView& t,
+                    bool shapes_only) {
   const std::string who = std::string(role) + " '" + std::string(name) + "'";
   if (t.rank < 0 || t.rank > kMaxRank)
     return invalid(c, who + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
@@ -73,7 +74,7 @@ Status check_tensor(const OpCall& c, const char* role, std::string_view name, co
   if (t.nbytes() < 0)
     return invalid(c, who + " with shape " + shape_string(t.shape()) +
                           " has more elements than fit in 64-bit byte offsets");
-  if (t.data == nullptr && t.numel() > 0)
+  if (!shapes_only && t.data == nullptr && t.numel() > 0)
     return invalid(c, who + " has null data but " + std::to_string(t.numel()) + " elements");
   if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda)
     return invalid(c, who + " has an unknown device type");
@@ -198,11 +199,16 @@ int64_t dims_product(const TensorView& t, int begin, int end) {
   return p;
 }
 
-Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
-              std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
-              const Context& ctx) {
-  OpCall c;
+namespace {
+
+// How much of a call prepare() checks: everything, or (infer_output_shapes) the inputs alone,
+// without their data pointers.
+enum class Check : uint8_t { call, inputs_only };
+
+Status prepare(OpCall& c, const OpSchema& op, std::span<const TensorView* const> inputs,
+               std::span<const TensorView* const> outputs, std::span<const Attribute> attributes, Check check) {
   c.op = &op;
+  const bool shapes_only = check == Check::inputs_only;
   if (inputs.size() > op.inputs.size())
     return invalid(c, std::to_string(inputs.size()) + " inputs given, expected at most " +
                           std::to_string(op.inputs.size()));
@@ -214,9 +220,10 @@ Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
   for (std::size_t i = 0; i < op.inputs.size(); ++i)
     if (!c.in[i] && !op.inputs[i].optional)
       return invalid(c, "required input '" + std::string(op.inputs[i].name) + "' is missing");
-  for (std::size_t i = 0; i < op.outputs.size(); ++i)
-    if (!c.out[i] && !op.outputs[i].optional)
-      return invalid(c, "required output '" + std::string(op.outputs[i].name) + "' is missing");
+  if (!shapes_only)
+    for (std::size_t i = 0; i < op.outputs.size(); ++i)
+      if (!c.out[i] && !op.outputs[i].optional)
+        return invalid(c, "required output '" + std::string(op.outputs[i].name) + "' is missing");
   if (Status s = check_attributes(c, attributes); !s) return s;
 
   bool have_device = false;
@@ -225,7 +232,7 @@ Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
                        const std::array<const TensorView*, kMaxArgs>& ts) -> Status {
     for (std::size_t i = 0; i < schema.size(); ++i) {
       if (!ts[i]) continue;
-      if (Status s = check_tensor(c, role, schema[i].name, *ts[i]); !s) return s;
+      if (Status s = check_tensor(c, role, schema[i].name, *ts[i], shapes_only); !s) return s;
       if (!have_device) {
         c.device = ts[i]->device;
         device_owner = schema[i].name;
@@ -244,56 +251,179 @@ Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
   if (Status s = check_all("input", op.inputs, c.in); !s) return s;
   if (Status s = check_all("output", op.outputs, c.out); !s) return s;
   if (Status s = check_types(c); !s) return s;
-  if (Status s = check_aliasing(c); !s) return s;
+  if (!shapes_only)
+    if (Status s = check_aliasing(c); !s) return s;
+  return {};
+}
 
-  switch (op.family) {
+Status run_family(const OpCall& c, const Context& ctx) {
+  switch (c.op->family) {
     case OpFamily::activation: return run_activation(c, ctx);
     case OpFamily::softmax: return run_softmax(c, ctx);
     case OpFamily::layer_norm: return run_layer_norm(c, ctx);
     case OpFamily::batch_norm: return run_batch_norm(c, ctx);
   }
-  return Status(StatusCode::internal, std::string(op.name) + ": unknown op family");
+  return Status(StatusCode::internal, std::string(c.op->name) + ": unknown op family");
+}
+
+// Sets a dry run for this thread and restores the caller's on the way out.
+class DryRun {
+ public:
+  explicit DryRun(Resolution* r) : outer_(resolution_slot()) { resolution_slot() = r; }
+  ~DryRun() { resolution_slot() = outer_; }
+  DryRun(const DryRun&) = delete;
+  DryRun& operator=(const DryRun&) = delete;
+
+ private:
+  Resolution* outer_;
+};
+
+// The shape of output `o` by its rule (ArgSchema::shape). Out-of-range axes give some shape here;
+// the family's checks then reject the call with their own message.
+TensorSpec output_spec(const OpCall& c, int o) {
+  const ArgSchema& a = c.op->outputs[static_cast<std::size_t>(o)];
+  const TensorView& src = c.input(a.shape.input);
+  TensorSpec t;
+  t.dtype = c.types[a.type_var];
+  t.rank = std::min(src.rank, kMaxRank);
+  for (int d = 0; d < t.rank; ++d) t.dims[d] = src.dims[d];
+  if (a.shape.kind == ShapeRule::rows_of_input) {
+    const double axis = c.attribute("axis", -1);
+    const int64_t first = axis < 0 ? static_cast<int64_t>(axis) + t.rank : static_cast<int64_t>(axis);
+    for (int d = 0; d < t.rank; ++d)
+      if (d >= first) t.dims[d] = 1;
+  }
+  return t;
+}
+
+}  // namespace
+
+std::span<const RowInfo> family_rows(OpFamily f) {
+  switch (f) {
+    case OpFamily::activation: return activation_rows();
+    case OpFamily::softmax: return softmax_rows();
+    case OpFamily::layer_norm: return layer_norm_rows();
+    case OpFamily::batch_norm: return batch_norm_rows();
+  }
+  return {};
+}
+
+Status run_op(const OpSchema& op, std::span<const TensorView* const> inputs,
+              std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
+              const Context& ctx) {
+  OpCall c;
+  if (Status s = prepare(c, op, inputs, outputs, attributes, Check::call); !s) return s;
+  return run_family(c, ctx);
 }
 
 }  // namespace gradops::detail
 
 namespace gradops {
+namespace {
+
+// The op table's signature equal to `sig` in the op's type variables, or nullptr.
+const TypeSignature* listed_signature(const OpSchema& op, const TypeSignature& sig) {
+  for (const TypeSignature& s : op.signatures) {
+    bool same = true;
+    for (std::size_t v = 0; v < op.type_vars.size(); ++v) same = same && s.types[v] == sig.types[v];
+    if (same) return &s;
+  }
+  return nullptr;
+}
+
+Status unknown_op(std::string_view op_name) {
+  return Status(StatusCode::invalid_argument, "unknown operator '" + std::string(op_name) + "'");
+}
+
+}  // namespace
 
 Status run(std::string_view op_name, std::span<const TensorView* const> inputs,
            std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
            const Context& ctx) {
-  const OpSchema* op = find_op(op_name);
-  if (!op) return Status(StatusCode::invalid_argument, "unknown operator '" + std::string(op_name) + "'");
-  try {
+  return detail::guarded(op_name, [&] {
+    const OpSchema* op = find_op(op_name);
+    if (!op) return unknown_op(op_name);
     return detail::run_op(*op, inputs, outputs, attributes, ctx);
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_memory, std::string(op_name) + ": out of host memory");
-  } catch (const std::exception& e) {
-    return Status(StatusCode::internal, std::string(op_name) + ": " + e.what());
-  }
+  });
 }
 
 Status implementation_name(std::string_view op_name, std::span<const TensorView* const> inputs,
                            std::span<const TensorView* const> outputs, std::span<const Attribute> attributes,
                            const Context& ctx, std::string* name) {
-  detail::Resolution resolution;
-  detail::Resolution*& slot = detail::resolution_slot();
-  detail::Resolution* const outer = slot;
-  slot = &resolution;
-  Status s = run(op_name, inputs, outputs, attributes, ctx);  // catches everything
-  slot = outer;
-  try {
+  return detail::guarded(op_name, [&] {
     name->clear();
+    detail::Resolution resolution;
+    Status s;
+    {
+      const detail::DryRun dry(&resolution);
+      s = run(op_name, inputs, outputs, attributes, ctx);  // catches everything
+    }
     if (s && resolution.impl) {
       *name = resolution.impl;
-      // CPU implementations run on the SIMD target chosen for this CPU; name it as the log does
-      // (except where the implementation's own name says it has no SIMD dispatch).
-      if (name->starts_with("cpu:") && *name != "cpu:scalar") *name += std::string(" [") + cpu::simd_target_name() + "]";
+      // As the dispatch log names it: the SIMD target chosen for this processor, where the row has one.
+      if (resolution.target) *name += std::string(" [") + resolution.target + "]";
     }
-  } catch (const std::bad_alloc&) {
-    return Status(StatusCode::out_of_memory, std::string(op_name) + ": out of host memory");
-  }
-  return s;
+    return s;
+  });
+}
+
+Status infer_output_shapes(std::string_view op_name, std::span<const TensorView* const> inputs,
+                           std::span<const Attribute> attributes, std::span<TensorSpec> outputs) {
+  return detail::guarded(op_name, [&] {
+    const OpSchema* op = find_op(op_name);
+    if (!op) return unknown_op(op_name);
+    detail::OpCall c;
+    if (Status s = detail::prepare(c, *op, inputs, {}, attributes, detail::Check::inputs_only); !s) return s;
+    if (outputs.size() < op->outputs.size())
+      return detail::invalid(c, "room for " + std::to_string(outputs.size()) + " output shapes, the op has " +
+                                    std::to_string(op->outputs.size()) + " outputs");
+    // Every output at its inferred shape, then the family's shape rules over the whole call.
+    std::array<TensorSpec, kMaxArgs> specs{};
+    std::array<TensorView, kMaxArgs> views{};
+    for (std::size_t o = 0; o < op->outputs.size(); ++o) {
+      specs[o] = detail::output_spec(c, static_cast<int>(o));
+      views[o] = TensorView(nullptr, specs[o].dtype, specs[o].shape(), c.device);
+      c.out[o] = &views[o];
+    }
+    detail::Resolution validate;
+    validate.validate_only = true;
+    Status s;
+    {
+      const detail::DryRun dry(&validate);
+      s = detail::run_family(c, Context{});
+    }
+    if (!s) return s;
+    std::copy(specs.begin(), specs.begin() + static_cast<std::ptrdiff_t>(op->outputs.size()), outputs.begin());
+    return Status{};
+  });
+}
+
+bool supports(OpId op, const TypeSignature& signature, DeviceType device) noexcept {
+  if (static_cast<int>(op) >= kNumOps) return false;
+  const OpSchema& s = op_schema(op);
+  const TypeSignature* sig = listed_signature(s, signature);
+  if (!sig) return false;
+  for (const detail::RowInfo& r : detail::family_rows(s.family))
+    if (r.covers(op, *sig, device)) return true;
+  return false;
+}
+
+bool supports(OpId op, DeviceType device) noexcept {
+  if (static_cast<int>(op) >= kNumOps) return false;
+  for (const TypeSignature& sig : op_schema(op).signatures)
+    if (supports(op, sig, device)) return true;
+  return false;
+}
+
+std::vector<std::string> implementations(OpId op, const TypeSignature& signature, DeviceType device) {
+  std::vector<std::string> names;
+  if (static_cast<int>(op) >= kNumOps) return names;
+  const OpSchema& s = op_schema(op);
+  const TypeSignature* sig = listed_signature(s, signature);
+  if (!sig) return names;
+  for (const detail::RowInfo& r : detail::family_rows(s.family))
+    if (r.covers(op, *sig, device)) names.emplace_back(r.name);
+  return names;
 }
 
 }  // namespace gradops

@@ -9,7 +9,7 @@ namespace gradops::detail {
 namespace {
 
 constexpr Impl<SoftmaxDesc> kImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_softmax},
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_softmax, nullptr, cpu_simd_target},
 #if GRADOPS_HAVE_CUDA
     {"cuda:warp_per_row", DeviceType::cuda, cuda_softmax_warp_declines, cuda_softmax_warp},
     {"cuda:block_per_row", DeviceType::cuda, cuda_softmax_block_declines, cuda_softmax_block},
@@ -17,8 +17,11 @@ constexpr Impl<SoftmaxDesc> kImpls[] = {
     {"cuda:strided", DeviceType::cuda, nullptr, cuda_softmax_strided},
 #endif
 };
+constexpr auto kRows = row_infos(kImpls);
 
 }  // namespace
+
+std::span<const RowInfo> softmax_rows() { return kRows; }
 
 Status run_softmax(const OpCall& c, const Context& ctx) {
   const OpSchema& op = *c.op;
@@ -29,7 +32,7 @@ Status run_softmax(const OpCall& c, const Context& ctx) {
   if (Status s = require_same_shape(c, c.out_name(0), c.output(0), c.in_name(0), first); !s) return s;
   // A rank-0 tensor has no axis: the range [0, -1] is empty, so normalize_axis rejects it.
   int axis = 0;
-  if (Status s = normalize_axis(c, static_cast<int64_t>(c.attribute("axis")), first.rank, &axis); !s) return s;
+  if (Status s = normalize_axis(c, static_cast<int64_t>(c.attribute("axis", 0)), first.rank, &axis); !s) return s;
 
   SoftmaxDesc d{};
   d.op = op.id;
@@ -50,7 +53,7 @@ Status run_softmax(const OpCall& c, const Context& ctx) {
   d.dy = op.gradient ? first.data : nullptr;
   d.y = op.gradient ? c.input(1).data : first.data;
   d.out = c.output(0).data;
-  return dispatch<SoftmaxDesc>(kImpls, op.name, c.device, d, ctx);
+  return dispatch<SoftmaxDesc>(kImpls, c, d, ctx);
 }
 
 }  // namespace gradops::detail

@@ -69,21 +69,22 @@ def _register():
 
 _register()
 
-_is_compiling = None
+def _find_is_compiling():
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if f is None:
+        try:
+            import torch._dynamo as d
+            f = d.is_compiling
+        except Exception:  # noqa: BLE001 - no dynamo: nothing is ever traced
+            f = None
+    return f
+
+
+_is_compiling = _find_is_compiling()  # looked up once here, so that tracing sees a plain call
 
 
 def _compiling():
-    global _is_compiling
-    if _is_compiling is None:
-        f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-        if f is None:
-            try:
-                import torch._dynamo as d
-                f = d.is_compiling
-            except Exception:  # noqa: BLE001 - no dynamo: nothing is ever traced
-                f = lambda: False  # noqa: E731
-        _is_compiling = f
-    return _is_compiling()
+    return _is_compiling is not None and _is_compiling()
 
 
 def run(name, inputs, attributes, outputs):

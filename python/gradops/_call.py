@@ -283,6 +283,7 @@ def _prepare(op, inputs, attr_values, want, out, num_threads):
     n_all = len(op.outputs)
     given = [None] * n_all
     results = [None] * n_all
+    out_ptrs = [None] * n_all
     if out is not None:
         for i, o in enumerate(out):
             if o is None:
@@ -290,10 +291,12 @@ def _prepare(op, inputs, attr_values, want, out, num_threads):
             if not want[i]:
                 raise ValueError(f"{op.name}: out= gives output '{op.outputs[i].name}', which is not asked for")
             t, ptr, code, shape, dt, di, k = _describe(o)
-            if t is not o:
+            if t is not o and not isinstance(k, tuple):  # a DLPack view shares the caller's memory
                 raise ValueError(f"{op.name}: output '{op.outputs[i].name}' must be contiguous (gradops writes "
                                  "dense row-major outputs and does not copy them back)")
             results[i] = o
+            out_ptrs[i] = ptr
+            keep.append(t)
             given[i] = (code, shape, dt, di)
     key = (op.index, tuple(metas), tuple(attr_values), tuple(want), tuple(given), num_threads)
     plans = _plans()
@@ -313,10 +316,11 @@ def _prepare(op, inputs, attr_values, want, out, num_threads):
     for i, d in enumerate(plan.out_desc):
         if d is None:
             continue
-        r = results[i]
-        if r is None:
+        if out_ptrs[i] is not None:
+            d.data = out_ptrs[i]
+        else:
             r = results[i] = allocators[i]()
-        d.data = _ptr(r)
+            d.data = _ptr(r)
     if plan.cuda is not None:
         plan.ctx.cuda_stream = _stream_of(plan.cuda[1])
     return plan, results, kind, keep, given

@@ -133,3 +133,29 @@ def test_installed_package_carries_its_library():
         pytest.skip("testing the source tree (GRADOPS_TEST_INSTALLED=1 tests the installed package)")
     assert "site-packages" in gradops.__file__
     assert gradops.library_path.endswith(os.path.join("gradops", "_lib", "libgradops.so"))
+
+
+class _DLPackOnly:
+    """An array known only through the DLPack protocol (as CuPy or JAX arrays are to gradops)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_object_is_read_in_place():
+    if not gradops.has_shape_inference:
+        pytest.skip("this libgradops has no output-shape inference")
+    torch = pytest.importorskip("torch")
+    x = torch.linspace(-2, 2, 10)
+    y = gradops.Sigmoid(_DLPackOnly(x))
+    torch.testing.assert_close(torch.as_tensor(np.asarray(y)), torch.sigmoid(x))
+    # Given outputs are written in place through DLPack too (they share memory with the caller's).
+    out = torch.full((10,), float("nan"))
+    gradops.Sigmoid(_DLPackOnly(x), out=_DLPackOnly(out))
+    torch.testing.assert_close(out, torch.sigmoid(x))

@@ -63,10 +63,10 @@ def _as_f64(a):
     return np.asarray(a).astype(np.float64)
 
 
-def _check(case, results):
+def _check(case, results, allow_missing=False):
     op = gradops.ops[case["op"]]
     for o, (exp, act) in enumerate(zip(case["outputs"], results)):
-        if exp is None:
+        if exp is None or (allow_missing and act is None):
             continue
         name = op.outputs[o].name
         assert act is not None, f"{case['case']}: output {name} missing"
@@ -102,7 +102,22 @@ def test_oracle(case):
     assert all(r is o for r, o in zip(res, out) if o is not None)
     _check(case, res)
     if gradops.has_shape_inference:  # and allocated by the package from the library's shapes
-        _check(case, gradops.run(case["op"], inputs, case["attributes"], outputs=wanted))
+        res = list(gradops.run(case["op"], inputs, case["attributes"], outputs=wanted))
+        op = gradops.ops[case["op"]]
+        carried = {a.type_var for a in op.inputs}
+        for o, (e, r) in enumerate(zip(case["outputs"], res)):
+            if e is None or r is None or _dtype_name(r) == e["tensor"]["dtype"]:
+                continue
+            # An output type no input carries (InvertibleLayerNormalizationGrad's T) is the first
+            # matching signature's, which may differ from this case's: not compared here.
+            assert op.outputs[o].type_var not in carried, f"{case['case']}: {op.outputs[o].name} is {_dtype_name(r)}"
+            res[o] = None
+        _check(case, res, allow_missing=True)
+
+
+def _dtype_name(a):
+    s = str(a.dtype).replace("torch.", "")
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}[s]
 
 
 def _poisoned(t, lib):

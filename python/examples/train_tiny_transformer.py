@@ -83,6 +83,7 @@ class TinyLM(nn.Module):
         super().__init__()
         L = layers(ours)
         self.tok = nn.Embedding(vocab, d)
+        nn.init.normal_(self.tok.weight, std=0.02)  # tied with the output projection
         self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
         self.blocks = nn.ModuleList(Block(d, heads, L) for _ in range(depth))
         self.norm = L["RMSNorm"](d)

@@ -36,7 +36,7 @@ if [ -n "$exporter" ]; then
 fi
 
 step "pytest"
-(cd "$out" && timeout 900 "$vpy" -m pytest -q -rs -rx --junitxml=pytest.xml "$OLDPWD/python/tests") \
+(cd "$out" && timeout 900 "$vpy" -m pytest -q -rsx --junitxml=pytest.xml "$OLDPWD/python/tests") \
   >"$out/pytest.log" 2>&1; rc=$?
 tail -n 40 "$out/pytest.log"; echo "pytest rc=$rc"; ((rc)) && status=1
 

@@ -35,4 +35,4 @@ GRADOPS_LIBRARY="$lib" "$work/venv/bin/python" -m pip install --quiet --no-index
 # From outside the source tree, so that the installed package (with its carried library) is tested.
 export GRADOPS_ORACLE_JSON="$PWD/$work/oracle_cases.json" GRADOPS_TEST_INSTALLED=1
 unset GRADOPS_LIBRARY
-(cd "$work" && ./venv/bin/python -m pytest -q -rs "$OLDPWD/python/tests" "$@")
+(cd "$work" && ./venv/bin/python -m pytest -q -rsx "$OLDPWD/python/tests" "$@")

@@ -25,8 +25,28 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gradops_ctypes import Gradops  # noqa: E402
+
+def load_gradops(path):
+    """The Python package (python/gradops) running the library at `path`."""
+    os.environ["GRADOPS_LIBRARY"] = os.path.abspath(path)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../python"))
+    import gradops
+    return gradops.library
+
+
+def prepare(lib, op, ins, outs, attrs, **kw):
+    """A zero-argument call of `op` writing into `outs` (schema order; None: not computed)."""
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    return lib.prepare(op, ins, attrs, outputs=names, out=outs, **kw)[0]
+
+
+def implementation_name(lib, op, ins, outs, attrs):
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    try:
+        return lib.implementation_name(op, ins, attrs, outputs=names, out=outs)
+    except (ValueError, NotImplementedError, RuntimeError) as e:  # shown where the name would be
+        return "error: " + str(e)
+
 
 aten = torch.ops.aten
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -288,11 +308,11 @@ def disagreement(ours, ref):
 def run_case(case, dtype, gradops, timer, copy_gbs, same_size):
     c = case["build"](dtype)
     stream = torch.cuda.current_stream().cuda_stream
-    call = gradops.prepare(case["op"], c["ins"], c["outs"], c["attrs"], stream=stream)
+    call = prepare(gradops, case["op"], c["ins"], c["outs"], c["attrs"], stream=stream)
     row = dict(family=case["family"], op=case.get("name", case["op"]), dtype=str(dtype).replace("torch.", ""),
                shape=c["shape"], bytes=c["nbytes"], target_share=case["target"][0],
                target_ratio=case["target"][1])
-    row["impl"] = gradops.implementation_name(case["op"], c["ins"], c["outs"], c["attrs"])
+    row["impl"] = implementation_name(gradops, case["op"], c["ins"], c["outs"], c["attrs"])
     for t in c["outs"]:
         if t is not None:
             t.fill_(float("nan"))  # poisoned: every element must be written
@@ -415,7 +435,7 @@ def main():
     dtypes = ["f32", "bf16"] if args.quick else args.dtypes.split(",")
     repeats = 10 if args.quick else args.repeats
     families = set(args.families.split(","))
-    gradops = Gradops(args.lib)
+    gradops = load_gradops(args.lib)
     torch.manual_seed(0)
     timer = Timer(repeats)
     copy_gbs = copy_bandwidth(timer)

@@ -20,8 +20,27 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gradops_ctypes import Gradops  # noqa: E402
+def load_gradops(path):
+    """The Python package (python/gradops) running the library at `path`."""
+    os.environ["GRADOPS_LIBRARY"] = os.path.abspath(path)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../python"))
+    import gradops
+    return gradops.library
+
+
+def prepare(lib, op, ins, outs, attrs, **kw):
+    """A zero-argument call of `op` writing into `outs` (schema order; None: not computed)."""
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    return lib.prepare(op, ins, attrs, outputs=names, out=outs, **kw)[0]
+
+
+def implementation_name(lib, op, ins, outs, attrs):
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    try:
+        return lib.implementation_name(op, ins, attrs, outputs=names, out=outs)
+    except (ValueError, NotImplementedError, RuntimeError) as e:  # shown where the name would be
+        return "error: " + str(e)
+
 
 aten = torch.ops.aten
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -184,7 +203,7 @@ def main():
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    g = Gradops(args.lib)
+    g = load_gradops(args.lib)
     wanted = set(filter(None, args.op.split(",")))
     rows = []
     print(f"torch {torch.__version__}, threads {args.threads}, {platform.processor() or platform.machine()}")
@@ -196,7 +215,7 @@ def main():
             dtype = TORCH_DTYPES[name]
             try:
                 c = make(dtype, args.scale)
-                run = g.prepare(op, c["ins"], c["outs"], c["attrs"], threads=args.threads)
+                run = prepare(g, op, c["ins"], c["outs"], c["attrs"], num_threads=args.threads)
                 run()
                 peer_out = c["peer"]()
             except (RuntimeError, NotImplementedError) as e:

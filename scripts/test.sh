@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 cmake --preset default
 cmake --build build/default -j"$(nproc)"
 ctest --test-dir build/default --output-on-failure -j"$(nproc)"
+# The Python package (python/): installed offline into a venv over Debian's numpy and PyTorch, then pytest.
+./scripts/test_python.sh build/default
 # The same C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer, and a short fuzz run
 # (CPU-only clang build in build/sanitize; GRADOPS_SANITIZE=0 skips it).
 if [ "${GRADOPS_SANITIZE:-1}" != 0 ]; then

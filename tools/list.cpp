@@ -62,6 +62,9 @@ void print_op(const OpSchema& op) {
     if (several) sigs += ')';
   }
   std::printf("  dtypes (%s): %s\n", vars.c_str(), sigs.c_str());
+  for (const AliasRule& r : op.aliases)
+    std::printf("  in place:   %s may be the same buffer as %s\n", std::string(op.outputs[r.output].name).c_str(),
+                std::string(op.inputs[r.input].name).c_str());
   // Per device type, what this build runs: the signatures it has kernels for, and the
   // implementation rows that dispatch tries (in order) for them.
   for (DeviceType device : {DeviceType::cpu, DeviceType::cuda}) {
@@ -85,9 +88,6 @@ void print_op(const OpSchema& op) {
       std::printf("  %-11s %s; %s\n", label.c_str(), count == op.signatures.size() ? "every signature" : have.c_str(),
                   rows.c_str());
   }
-  for (const AliasRule& r : op.aliases)
-    std::printf("  in place:   %s may be the same buffer as %s\n", std::string(op.outputs[r.output].name).c_str(),
-                std::string(op.inputs[r.input].name).c_str());
 }
 
 }  // namespace

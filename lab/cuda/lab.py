@@ -24,7 +24,6 @@ import torch
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "bench"))
 from gpu_bench import Timer, copy_bandwidth, randn  # noqa: E402
-from gradops_ctypes import Gradops  # noqa: E402
 
 aten = torch.ops.aten
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -38,6 +37,28 @@ FLAT_VARIANTS = [(1, 128), (1, 256), (2, 128), (2, 256), (2, 512), (4, 128), (4,
 BIAS_SHAPES = [(16384, 4096), (4096, 16384), (8192, 3072)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
+
+
+def load_gradops(path):
+    """The Python package (python/gradops) running the library at `path`."""
+    os.environ["GRADOPS_LIBRARY"] = os.path.abspath(path)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../python"))
+    import gradops
+    return gradops.library
+
+
+def prepare(lib, op, ins, outs, attrs, **kw):
+    """A zero-argument call of `op` writing into `outs` (schema order; None: not computed)."""
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    return lib.prepare(op, ins, attrs, outputs=names, out=outs, **kw)[0]
+
+
+def implementation_name(lib, op, ins, outs, attrs):
+    names = [o.name for o, t in zip(lib.ops[op].outputs, outs) if t is not None]
+    try:
+        return lib.implementation_name(op, ins, attrs, outputs=names, out=outs)
+    except (ValueError, NotImplementedError, RuntimeError) as e:  # shown where the name would be
+        return "error: " + str(e)
 
 
 class ReadFlushTimer(Timer):
@@ -71,8 +92,8 @@ def rel_err(out, ref):
 
 class Lab:
     def __init__(self, args):
-        self.new = Gradops(args.new)
-        self.old = Gradops(args.old) if args.old else None
+        self.new = load_gradops(args.new)
+        self.old = sys.modules["gradops"].load(args.old) if args.old else None
         self.lab = ctypes.CDLL(os.path.abspath(args.lab))
         i64, i32, vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
         self.lab.lab_softmax.argtypes = [i32, i32, vp, vp, vp, i64, i64, i32, i32, i32, vp]
@@ -147,7 +168,7 @@ class Lab:
                  else torch.softmax(randn(shape, torch.float32, 2.0), -1)).to(dt)
             dx = torch.empty_like(dy)
             op = "LogSoftmaxGrad_13" if log else "SoftmaxGrad_13"
-            call = lib.prepare(op, [dy, y], [dx], {"axis": -1}, stream=self.stream)
+            call = prepare(lib, op, [dy, y], [dx], {"axis": -1}, stream=self.stream)
             fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
             nb = 3 * dy.numel() * dy.element_size()
             cases.append((f"old {op} {dt} {shape}", call, nb))
@@ -226,8 +247,8 @@ class Lab:
         for libname, lib in (("new", self.new), ("old", self.old)):
             if lib is None:
                 continue
-            impl = lib.implementation_name(op, ins, [out], {"axis": -1})
-            call = lib.prepare(op, ins, [out], {"axis": -1}, stream=self.stream)
+            impl = implementation_name(lib, op, ins, [out], {"axis": -1})
+            call = prepare(lib, op, ins, [out], {"axis": -1}, stream=self.stream)
             self.measure(case, f"{libname} {impl}", call, [out], [ref], nb, tms)
         for vname, path, cfg, ppl in variants:
             fn = (lambda p=path, c=cfg, q=ppl: self._softmax_call(kind, dt, dy, y, out, rows, cols, p, c, q))
@@ -260,7 +281,7 @@ class Lab:
                 tms = self.time_torch(case, lambda: tfn(dy, x), nb)
                 for libname, lib in (("new", self.new), ("old", self.old)):
                     if lib is not None:
-                        call = lib.prepare(op, [dy, x], [dx], {}, stream=self.stream)
+                        call = prepare(lib, op, [dy, x], [dx], {}, stream=self.stream)
                         self.measure(case, f"{libname}", call, [dx], [ref], nb, tms)
                 for u, threads in FLAT_VARIANTS:
                     def call(u=u, threads=threads):
@@ -303,7 +324,7 @@ class Lab:
                         tms = self.time_torch(case, peer, nb)
                         for libname, lib in (("new", self.new), ("old", self.old)):
                             if lib is not None and fn_id < 2:
-                                call = lib.prepare(op, [dy, x, b], outs, {}, stream=self.stream)
+                                call = prepare(lib, op, [dy, x, b], outs, {}, stream=self.stream)
                                 self.measure(case, libname, call, outs, refs, nb, tms)
                         for ru, mb, tb in BIAS_VARIANTS:
                             if es == 4 and mb > 2:

@@ -95,7 +95,9 @@ Status dispatch(std::span<const Impl<Desc>> impls, const OpCall& c, const Desc& 
   const char* last_why = nullptr;
   for (const Impl<Desc>& impl : impls) {
     if (impl.device != c.device.type) continue;
-    const char* target = impl.target ? impl.target() : nullptr;
+    // The SIMD target's name only where it is printed or reported: finding it asks the CPU (CPUID,
+    // which traps to the hypervisor in a VM), tens of microseconds that a small call must not pay.
+    const char* target = impl.target && (verbose || dry) ? impl.target() : nullptr;
     if (impl.implements && !impl.implements(c.op->id, sig)) {
       if (verbose) log_dispatch(op, impl.name, "does not implement this op and signature", target);
       continue;

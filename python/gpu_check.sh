@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Python package on a GPU machine (Python 3.12, PyTorch 2.x with CUDA, CuPy, JAX; no package
+# registry): install offline, pytest (CUDA, streams, DLPack, torch.compile, opcheck, the 2-process
+# SyncBatchNorm test on NCCL when two GPUs are visible), per-call overhead against PyTorch, and the
+# example's step times (torch.nn vs gradops vs gradops compiled), all logged under $OUT.
+#   python/gpu_check.sh LIBGRADOPS.so [ORACLE_EXPORT]
+# LIBGRADOPS.so: a CUDA build's library (cmake --preset cuda ...); ORACLE_EXPORT: that build's
+# tests/oracle_export (optional: without it the oracle cases are SKIPPED). The library's own
+# dependencies must be on the loader's path (LD_LIBRARY_PATH).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lib=$(realpath "$1")
+exporter=${2:-}
+out=${OUT:-out/python_gpu}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+status=0
+step() { echo "== $1"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+"$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" | tee "$out/versions.txt"
+
+step "install (offline, no build isolation)"
+venv="$out/venv"
+if "$py" -m venv --system-site-packages "$venv" >"$out/install.log" 2>&1 &&
+   GRADOPS_LIBRARY="$lib" "$venv/bin/python" -m pip install --no-index --no-build-isolation --no-deps ./python >>"$out/install.log" 2>&1; then
+  vpy="$venv/bin/python"; echo "installed into $venv"; export GRADOPS_TEST_INSTALLED=1
+else
+  echo "pip install failed (see install.log); testing from the source tree"; tail -5 "$out/install.log"
+  vpy="$py"; export PYTHONPATH="$PWD/python" GRADOPS_LIBRARY="$lib"; status=1
+fi
+"$vpy" -c "import gradops; print('gradops', gradops.library_path, 'ops', len(gradops.ops))" || status=1
+
+if [ -n "$exporter" ]; then
+  "$exporter" "$out/oracle_cases.json" && export GRADOPS_ORACLE_JSON="$PWD/$out/oracle_cases.json"
+fi
+
+step "pytest"
+(cd "$out" && timeout 900 "$vpy" -m pytest -q -rsx --junitxml=pytest.xml "$OLDPWD/python/tests") \
+  >"$out/pytest.log" 2>&1; rc=$?
+tail -n 40 "$out/pytest.log"; echo "pytest rc=$rc"; ((rc)) && status=1
+
+step "per-call overhead (tiny tensors)"
+for dev in cuda cpu; do
+  timeout 300 "$vpy" bench/python_overhead.py --device $dev --json "$out/overhead_$dev.json" 2>&1 | tee "$out/overhead_$dev.txt"
+done
+
+step "example: torch.nn vs gradops layers, one run (bf16 autocast and f32)"
+for dt in bfloat16 float32; do
+  timeout 600 "$vpy" python/examples/train_tiny_transformer.py --device cuda --preset h100 --dtype $dt --compile \
+    --plot "$out/example_$dt.png" --json "$out/example_$dt.json" 2>&1 | tee "$out/example_$dt.txt"
+  rc=${PIPESTATUS[0]}; echo "example $dt rc=$rc"; ((rc)) && status=1
+done
+exit $status

@@ -1,0 +1,492 @@
+"""Running one operator: tensors to descriptors, outputs allocated from the library's inferred
+shapes, one gradops_run.
+
+Every call is described by a key (op, each input's dtype, shape and device, the attribute values,
+the outputs wanted and the shapes of any given); the first call with a key builds a plan (the
+ctypes descriptors, the inferred output shapes, the attribute array) and later calls only write
+data pointers into it. Plans are per thread, since their descriptors are written on every call.
+"""
+import ctypes
+import functools
+import sys
+import threading
+
+from . import _native as N
+
+_c_size_t = ctypes.c_size_t
+_byref = ctypes.byref
+_TensorPtr = ctypes.POINTER(N.Tensor)
+
+# ---- array libraries ---------------------------------------------------------------------------
+# numpy and torch are imported only if the caller has them imported: gradops itself needs neither.
+
+_np = None
+_torch = None
+_NP_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+_np_dtypes = {}
+_TORCH_CODES = {}
+_TORCH_DTYPES = {}
+
+
+def _numpy():
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+        for code, name in enumerate(N.DTYPE_NAMES[:3]):
+            _np_dtypes[code] = numpy.dtype(name)
+    return _np
+
+
+def _np_dtype(code):
+    if code not in _np_dtypes:
+        if code == 3:
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise ValueError("gradops: a bfloat16 numpy array needs the ml_dtypes package") from None
+            _np_dtypes[3] = _numpy().dtype(ml_dtypes.bfloat16)
+        else:
+            _numpy()
+    return _np_dtypes[code]
+
+
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+        for code, dt in enumerate((torch.float32, torch.float64, torch.float16, torch.bfloat16)):
+            _TORCH_CODES[dt] = code
+            _TORCH_DTYPES[code] = dt
+    return _torch
+
+
+def _is_torch(x):
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _is_numpy(x):
+    n = sys.modules.get("numpy")
+    return n is not None and isinstance(x, n.ndarray)
+
+
+# ---- CUDA: PyTorch's stream and caching allocator ---------------------------------------------
+
+_current_stream = None
+
+
+def _stream_of(index):
+    global _current_stream
+    if _current_stream is None:
+        torch = _torch_module()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _current_stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _current_stream(index)
+
+
+def _torch_alloc(user, device, nbytes):
+    try:
+        torch = _torch
+        return torch.cuda.caching_allocator_alloc(nbytes, device.index, _stream_of(device.index))
+    except Exception:  # noqa: BLE001 - reported to gradops as an allocation failure (OUT_OF_MEMORY)
+        return None
+
+
+def _torch_free(user, device, ptr, nbytes):
+    _torch.cuda.caching_allocator_delete(ptr)
+
+
+_alloc_fn = N.ALLOCATE(_torch_alloc)
+_free_fn = N.DEALLOCATE(_torch_free)
+torch_cuda_allocator = N.Allocator(_alloc_fn, _free_fn, None)
+_torch_cuda_allocator_ptr = ctypes.pointer(torch_cuda_allocator)
+
+# ---- one tensor -----------------------------------------------------------------------------------
+
+
+def _describe(x):
+    """(tensor to keep, data pointer, dtype code, shape, device type, device index, kind).
+
+    kind is how outputs are made: "torch", "numpy" or ("dlpack", namespace) for other libraries.
+    Non-contiguous inputs are copied to contiguous ones here (gradops has no strided kernels).
+    """
+    if _is_torch(x):
+        if not x.is_contiguous():
+            x = x.contiguous()
+        if _torch is None:
+            _torch_module()
+        code = _TORCH_CODES.get(x.dtype)
+        if code is None:
+            raise TypeError(f"gradops: dtype {x.dtype} is not one of float32, float64, float16, bfloat16")
+        if x.is_cuda:
+            return x, x.data_ptr(), code, tuple(x.shape), N.DEVICE_CUDA, x.get_device(), "torch"
+        return x, x.data_ptr(), code, tuple(x.shape), N.DEVICE_CPU, 0, "torch"
+    if _is_numpy(x):
+        if not x.flags.c_contiguous:
+            x = _numpy().ascontiguousarray(x)
+        code = _NP_CODES.get(x.dtype.name)
+        if code is None:
+            raise TypeError(f"gradops: dtype {x.dtype} is not one of float32, float64, float16, bfloat16")
+        return x, x.__array_interface__["data"][0], code, x.shape, N.DEVICE_CPU, 0, "numpy"
+    if hasattr(x, "__dlpack__"):
+        # Read zero-copy through PyTorch (which handles DLPack's stream handshake on CUDA) or,
+        # for CPU arrays without PyTorch, through numpy; outputs go back the same way.
+        ns = x.__array_namespace__() if hasattr(x, "__array_namespace__") else None
+        try:
+            t = _torch_module().from_dlpack(x) if _torch is not None or _have_torch() else None
+        except ImportError:
+            t = None
+        if t is not None:
+            desc = _describe(t)
+            return desc[:6] + (("dlpack", ns, type(x)),)
+        arr = _numpy().from_dlpack(x)
+        desc = _describe(arr)
+        return desc[:6] + (("dlpack", ns, type(x)),)
+    if isinstance(x, (int, float, list, tuple)):
+        raise TypeError("gradops: inputs are arrays (numpy, PyTorch, or objects with __dlpack__), "
+                        f"not {type(x).__name__}")
+    raise TypeError(f"gradops: cannot read a {type(x).__name__} (expected a numpy array, a PyTorch "
+                    "tensor, or an object with __dlpack__)")
+
+
+def _have_torch():
+    try:
+        _torch_module()
+        return True
+    except ImportError:
+        return False
+
+
+def _allocator(kind, code, shape, device_type, device_index):
+    """A zero-argument function making one output (cached in the plan: no per-call parsing)."""
+    if kind == "numpy" or (kind != "torch" and not _have_torch()):
+        return functools.partial(_numpy().empty, shape, dtype=_np_dtype(code))
+    torch = _torch_module()
+    dev = torch.device("cuda", device_index) if device_type == N.DEVICE_CUDA else torch.device("cpu")
+    return functools.partial(torch.empty, shape, dtype=_TORCH_DTYPES[code], device=dev)
+
+
+def _give_back(kind, t):
+    """An output made for a DLPack input, handed back in the input's library (zero-copy)."""
+    if isinstance(kind, tuple):
+        ns, typ = kind[1], kind[2]
+        if ns is not None and hasattr(ns, "from_dlpack"):
+            return ns.from_dlpack(t)
+        mod = sys.modules.get(typ.__module__.split(".")[0])
+        if mod is not None and hasattr(mod, "from_dlpack"):
+            return mod.from_dlpack(t)
+    return t
+
+
+# ---- plans ------------------------------------------------------------------------------------------
+
+
+class _Plan:
+    __slots__ = ("in_desc", "out_desc", "ins", "outs", "n_in", "n_out", "attrs", "n_attrs", "ctx", "ctx_ref",
+                 "specs", "keep", "cuda", "allocators")
+
+    def __init__(self, op, in_meta, attr_values, want, given):
+        keep = []
+
+        def desc(code, shape, dev_type, dev_index):
+            shp = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+            keep.append(shp)
+            return N.Tensor(None, N.Device(dev_type, dev_index), len(shape), code, shp, None)
+
+        self.in_desc = [None if m is None else desc(*m) for m in in_meta]
+        n_in = len(in_meta)
+        self.ins = (_TensorPtr * max(n_in, 1))(*[None if d is None else ctypes.pointer(d) for d in self.in_desc])
+        self.n_in = _c_size_t(n_in)
+        names = [a.name.encode() for a in op.attributes]
+        keep.append(names)
+        pairs = [(nm, float(v)) for nm, v in zip(names, attr_values) if v is not None]
+        self.attrs = (N.Attribute * max(len(pairs), 1))(*[N.Attribute(nm, v) for nm, v in pairs])
+        self.n_attrs = _c_size_t(len(pairs))
+
+        # Output dtypes and shapes: from the library, for every output; given outputs keep theirs.
+        n_all = len(op.outputs)
+        specs = [None] * n_all
+        if any(w and g is None for w, g in zip(want, given)):
+            lib = op.library
+            if lib.infer is None:
+                raise NotImplementedError(
+                    f"{op.name}: this libgradops ({lib.path}) cannot infer output shapes "
+                    "(no gradops_infer_output_shapes); pass every output with out=")
+            dims = (ctypes.c_int64 * (N.MAX_RANK * n_all))()
+            ranks = (ctypes.c_int32 * n_all)()
+            dtypes = (ctypes.c_int32 * n_all)()
+            lib.check(lib.infer(op.c_name, self.ins, self.n_in, self.attrs, self.n_attrs, dims, ranks, dtypes,
+                                _c_size_t(n_all)))
+            specs = [(dtypes[o], tuple(dims[o * N.MAX_RANK:o * N.MAX_RANK + ranks[o]])) for o in range(n_all)]
+        dev = next(((m[2], m[3]) for m in in_meta if m is not None), (N.DEVICE_CPU, 0))
+        n_out = max((i + 1 for i, w in enumerate(want) if w), default=0)
+        self.out_desc = []
+        for i in range(n_out):
+            if not want[i]:
+                self.out_desc.append(None)
+            elif given[i] is not None:
+                self.out_desc.append(desc(*given[i]))
+            else:
+                self.out_desc.append(desc(specs[i][0], specs[i][1], *dev))
+        self.outs = (_TensorPtr * max(n_out, 1))(*[None if d is None else ctypes.pointer(d) for d in self.out_desc])
+        self.n_out = _c_size_t(n_out)
+        self.specs = specs
+        self.cuda = dev if dev[0] == N.DEVICE_CUDA else None
+        self.ctx = N.Context(0, None, _torch_cuda_allocator_ptr if self.cuda else None)
+        self.ctx_ref = _byref(self.ctx)
+        self.keep = keep
+        self.allocators = {}  # input kind -> one function per output (None: given or not wanted)
+
+    def allocators_for(self, kind, given):
+        a = self.allocators.get(kind)
+        if a is None:
+            a = self.allocators[kind] = [
+                None if d is None or given[i] is not None else
+                _allocator(kind, self.specs[i][0], self.specs[i][1], d.device.type, d.device.index)
+                for i, d in enumerate(self.out_desc)]
+        return a
+
+
+_local = threading.local()
+
+
+def _plans():
+    try:
+        return _local.plans
+    except AttributeError:
+        _local.plans = {}
+        return _local.plans
+
+
+def _ptr(r):
+    return r.data_ptr() if hasattr(r, "data_ptr") else r.__array_interface__["data"][0]
+
+
+def _prepare(op, inputs, attr_values, want, out, num_threads):
+    """The plan for this call with every data pointer written, the outputs, and the input kind."""
+    metas = []
+    ptrs = []
+    keep = []
+    kind = None
+    for x in inputs:
+        if x is None:
+            metas.append(None)
+            continue
+        t, ptr, code, shape, dt, di, k = _describe(x)
+        keep.append(t)
+        ptrs.append(ptr)
+        metas.append((code, shape, dt, di))
+        if kind is None:
+            kind = k
+    n_all = len(op.outputs)
+    given = [None] * n_all
+    results = [None] * n_all
+    out_ptrs = [None] * n_all
+    if out is not None:
+        for i, o in enumerate(out):
+            if o is None:
+                continue
+            if not want[i]:
+                raise ValueError(f"{op.name}: out= gives output '{op.outputs[i].name}', which is not asked for")
+            t, ptr, code, shape, dt, di, k = _describe(o)
+            if t is not o and not isinstance(k, tuple):  # a DLPack view shares the caller's memory
+                raise ValueError(f"{op.name}: output '{op.outputs[i].name}' must be contiguous (gradops writes "
+                                 "dense row-major outputs and does not copy them back)")
+            results[i] = o
+            out_ptrs[i] = ptr
+            keep.append(t)
+            given[i] = (code, shape, dt, di)
+    key = (op.index, tuple(metas), tuple(attr_values), tuple(want), tuple(given), num_threads)
+    plans = _plans()
+    plan = plans.get(key)
+    if plan is None:
+        plan = _Plan(op, metas, attr_values, want, given)
+        plan.ctx.num_threads = num_threads
+        if len(plans) > 4096:
+            plans.clear()
+        plans[key] = plan
+    i = 0
+    for d in plan.in_desc:
+        if d is not None:
+            d.data = ptrs[i]
+            i += 1
+    allocators = plan.allocators_for(kind, given)
+    for i, d in enumerate(plan.out_desc):
+        if d is None:
+            continue
+        if out_ptrs[i] is not None:
+            d.data = out_ptrs[i]
+        else:
+            r = results[i] = allocators[i]()
+            d.data = _ptr(r)
+    if plan.cuda is not None:
+        plan.ctx.cuda_stream = _stream_of(plan.cuda[1])
+    return plan, results, kind, keep, given
+
+
+def run(op, inputs, attr_values, want, out=None, num_threads=0):
+    """Runs `op` (an OpInfo) on `inputs` (schema order, None for absent optionals).
+
+    attr_values: one value per schema attribute (None: the library's default). want: one bool per
+    output. out: None, or one entry per output (None: allocate). Returns a list with one entry per
+    output (None where not wanted).
+    """
+    if out is None:
+        res = _run_fast(op, inputs, attr_values, want, num_threads)
+        if res is not None:
+            return res
+    plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
+    code = op.library.c_run(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
+                            plan.ctx_ref)
+    if code:
+        raise op.library.error(code)
+    if isinstance(kind, tuple):
+        results = [r if r is None or given[i] is not None else _give_back(kind, r) for i, r in enumerate(results)]
+    elif out is None and kind in ("torch", "numpy"):
+        _remember_fast(op, inputs, attr_values, want, num_threads, plan, kind)
+    return results
+
+
+# ---- the fast path ------------------------------------------------------------------------------------
+# Calls whose inputs are all contiguous torch.Tensors, or all C-contiguous numpy arrays, with outputs
+# allocated: the key is made from the tensors' own attributes with no intermediate tuples, and the
+# plan holds, per output, its descriptor and a ready allocation function.
+
+_NP_TYPESTR = {"<f4", "<f8", "<f2"}
+
+
+def _fast_key(op, inputs, attr_values, want, num_threads, ptrs):
+    """The fast key and data pointers, or None if this call needs the general path."""
+    key = [op.index, attr_values, want, num_threads]
+    torch = _torch
+    first = None
+    for x in inputs:
+        if x is None:
+            key.append(None)
+            continue
+        tx = type(x)
+        if torch is not None and (tx is torch.Tensor or tx is _Parameter):
+            if first is None:
+                first = "torch"
+            if first != "torch" or not x.is_contiguous():
+                return None
+            key.append(x.dtype)
+            key.append(x.shape)
+            key.append(x.get_device())
+            ptrs.append(x.data_ptr())
+        elif _np is not None and tx is _np.ndarray:
+            if first is None:
+                first = "numpy"
+            elif first != "numpy":
+                return None
+            ai = x.__array_interface__
+            if ai["strides"] is not None or ai["typestr"] not in _NP_TYPESTR:
+                return None
+            key.append(ai["typestr"])
+            key.append(ai["shape"])
+            ptrs.append(ai["data"][0])
+        else:
+            return None
+    return tuple(key)
+
+
+_Parameter = None
+
+
+def _fast_plans():
+    try:
+        return _local.fast
+    except AttributeError:
+        _local.fast = {}
+        return _local.fast
+
+
+def _remember_fast(op, inputs, attr_values, want, num_threads, plan, kind):
+    global _Parameter
+    if _Parameter is None and _torch is not None:
+        import torch.nn
+        _Parameter = torch.nn.Parameter
+    ptrs = []
+    key = _fast_key(op, inputs, attr_values, want, num_threads, ptrs)
+    if key is None:
+        return
+    fast = _fast_plans()
+    if len(fast) > 4096:
+        fast.clear()
+    allocators = plan.allocators_for(kind, [None] * len(op.outputs))
+    outs = tuple((i, d, allocators[i], kind == "torch") for i, d in enumerate(plan.out_desc) if d is not None)
+    ins = tuple(d for d in plan.in_desc if d is not None)
+    fast[key] = (plan, ins, outs, (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
+                                   plan.ctx_ref), len(op.outputs))
+
+
+def _run_fast(op, inputs, attr_values, want, num_threads):
+    ptrs = []
+    key = _fast_key(op, inputs, attr_values, want, num_threads, ptrs)
+    if key is None:
+        return None
+    entry = _fast_plans().get(key)
+    if entry is None:
+        return None
+    plan, ins, outs, args, n_all = entry
+    for d, p in zip(ins, ptrs):
+        d.data = p
+    results = [None] * n_all
+    for i, d, alloc, is_torch in outs:
+        r = results[i] = alloc()
+        d.data = r.data_ptr() if is_torch else r.__array_interface__["data"][0]
+    if plan.cuda is not None:
+        plan.ctx.cuda_stream = _stream_of(plan.cuda[1])
+    code = op.library.c_run(*args)
+    if code:
+        raise op.library.error(code)
+    return results
+
+
+def implementation_name(op, inputs, attr_values, want, out=None, num_threads=0):
+    """The implementation gradops_run would pick for this call, validated but not run."""
+    plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
+    buf = ctypes.create_string_buffer(128)
+    op.library.check(op.library.c_impl_name(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs,
+                                          plan.n_attrs, plan.ctx_ref, buf, _c_size_t(128)))
+    return buf.value.decode()
+
+
+def prepare(op, inputs, attr_values, want, out=None, num_threads=0, stream=None):
+    """A zero-argument callable that runs this very call again (same tensors, outputs and stream):
+    for timing loops, where only gradops_run itself should be measured. Returns (call, outputs)."""
+    plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
+    plan = _copy_plan(plan)  # its own descriptors: later calls with the same key must not move it
+    if stream is not None:
+        plan.ctx.cuda_stream = stream
+    run_fn, error, args = op.library.c_run, op.library.error, (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out,
+                                                             plan.attrs, plan.n_attrs, plan.ctx_ref)
+
+    def call():
+        code = run_fn(*args)
+        if code:
+            raise error(code)
+    call.keep = (plan, results, keep)
+    return call, results
+
+
+def _copy_plan(plan):
+    """A plan with descriptors of its own, pointing at the same data."""
+    new = _Plan.__new__(_Plan)
+    keep = list(plan.keep)
+    in_desc = []
+    for d in plan.in_desc:
+        in_desc.append(None if d is None else N.Tensor.from_buffer_copy(d))
+    out_desc = []
+    for d in plan.out_desc:
+        out_desc.append(None if d is None else N.Tensor.from_buffer_copy(d))
+    new.in_desc, new.out_desc = in_desc, out_desc
+    new.ins = (_TensorPtr * len(plan.ins))(*[None if d is None else ctypes.pointer(d) for d in in_desc])
+    new.outs = (_TensorPtr * len(plan.outs))(*[None if d is None else ctypes.pointer(d) for d in out_desc])
+    new.n_in, new.n_out, new.attrs, new.n_attrs = plan.n_in, plan.n_out, plan.attrs, plan.n_attrs
+    new.ctx = N.Context.from_buffer_copy(plan.ctx)
+    new.ctx_ref = _byref(new.ctx)
+    new.specs, new.cuda, new.keep = plan.specs, plan.cuda, keep
+    return new

@@ -60,8 +60,10 @@ __device__ __forceinline__ void column_sum_block(const compute_t<T>* partial, T*
 template <class T>
 __global__ void __launch_bounds__(32 * kColumnSumLanes) column_sum_kernel(ColumnSumArgs<T> a) {
   griddep_wait();  // launched while the producer drains: its partials are complete only now
-  const int i = static_cast<int>(blockIdx.y);
-  column_sum_block<T>(a.partial[i], a.out[i], a.groups, a.cols, static_cast<int64_t>(blockIdx.x) * 32,
+  // Select with constants, not a run-time index into the parameter arrays, which would copy them
+  // to a stack frame.
+  const bool second = blockIdx.y != 0;
+  column_sum_block<T>(second ? a.partial[1] : a.partial[0], second ? a.out[1] : a.out[0], a.groups, a.cols, static_cast<int64_t>(blockIdx.x) * 32,
                       static_cast<int64_t>(gridDim.x) * 32);
 }
 

@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(32 * kColumnSumLanes) column_sum_kernel(Column
   // Select with constants, not a run-time index into the parameter arrays, which would copy them
   // to a stack frame.
   const bool second = blockIdx.y != 0;
-  column_sum_block<T>(second ? a.partial[1] : a.partial[0], second ? a.out[1] : a.out[0], a.groups, a.cols, static_cast<int64_t>(blockIdx.x) * 32,
-                      static_cast<int64_t>(gridDim.x) * 32);
+  column_sum_block<T>(second ? a.partial[1] : a.partial[0], second ? a.out[1] : a.out[0], a.groups, a.cols,
+                      static_cast<int64_t>(blockIdx.x) * 32, static_cast<int64_t>(gridDim.x) * 32);
 }
 
 // out[i][c] = sum over g of partial[i][g * cols + c], for the `n` (1 or 2) pairs given. Launched as

@@ -175,7 +175,8 @@ template <class D, class T>
 HWY_INLINE hn::Vec<D> LoadWideN(D d, const T* HWY_RESTRICT p, int64_t valid) {
   if (valid == static_cast<int64_t>(hn::Lanes(d))) return LoadWide(d, p);
   T pad[hn::MaxLanes(d)] = {};
-  std::memcpy(pad, p, static_cast<std::size_t>(valid) * sizeof(T));  // p may be unaligned for T
+  // p may be unaligned for T. The clamp changes nothing (valid <= Lanes) but lets GCC see the bound.
+  std::memcpy(pad, p, std::min(static_cast<std::size_t>(valid) * sizeof(T), sizeof(pad)));
   return LoadWide(d, pad);
 }
 
@@ -185,7 +186,7 @@ HWY_INLINE void StoreNarrowN(D d, hn::Vec<D> v, T* HWY_RESTRICT p, int64_t valid
   if (valid == static_cast<int64_t>(hn::Lanes(d))) return StoreNarrow(d, v, p);
   T pad[hn::MaxLanes(d)];
   StoreNarrow(d, v, pad);
-  std::memcpy(p, pad, static_cast<std::size_t>(valid) * sizeof(T));  // p may be unaligned for T
+  std::memcpy(p, pad, std::min(static_cast<std::size_t>(valid) * sizeof(T), sizeof(pad)));  // as above
 }
 
 // ---- vector math ------------------------------------------------------------------------------

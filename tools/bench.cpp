@@ -652,6 +652,10 @@ int bench_main(std::span<char* const> args) {
         c.prepared.reset();
         r.outcome = Outcome::error;
         r.detail = check::describe(p) + ": out of host memory for the timed buffers";
+      } catch (const std::exception& e) {
+        c.prepared.reset();
+        r.outcome = Outcome::error;
+        r.detail = check::describe(p) + ": preparing the timed buffers: " + e.what();
       }
     }
     if (c.prepared) {

@@ -176,7 +176,7 @@ std::unique_ptr<Case> Case::tiled(const Problem& p, const Case& checked) {
   m.p.misaligned = false;
   m.op = c.op;
   m.attrs = c.attrs;
-  m.attr_list = c.attr_list;
+  for (const auto& [k, v] : m.attrs) m.attr_list.push_back({k, v});  // names point into m.attrs
   const OpSchema& op = *m.op;
   const DeviceMemory* dev = p.device.type == DeviceType::cpu ? nullptr : device_memory(p.device.type);
   auto shape_at = [&](std::size_t k) {

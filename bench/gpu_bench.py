@@ -395,29 +395,15 @@ def print_table(rows, copy_gbs):
           f"({ties} of them ties with PyTorch), {failed} FAILED")
 
 
-def plot(rows, path):
+def plot(meta, rows, path):
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         print("matplotlib is not available here: no plot (the JSON has every number)")
         return
-    rows = [r for r in rows if r["status"] != "FAILED"]
-    labels = [f"{r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))}" for r in rows]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(16, max(6, 0.22 * len(rows))), sharey=True)
-    ys = range(len(rows))
-    a.barh(ys, [r["share_of_copy"] for r in rows], color="tab:blue")
-    a.axvline(1.0, color="k", lw=0.8)
-    a.set_xlabel("share of device-to-device copy bandwidth")
-    a.set_yticks(list(ys), labels, fontsize=7)
-    a.invert_yaxis()
-    b.barh(ys, [r["ratio"] for r in rows], color="tab:green")
-    b.axvline(1.0, color="k", lw=0.8)
-    b.set_xlabel("PyTorch time / gradops time")
-    fig.suptitle(f"gradops CUDA vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import plot_gpu_bench
+    plot_gpu_bench.plot(dict(meta=meta, rows=rows), path)
     print(f"plot: {path}")
 
 
@@ -456,7 +442,7 @@ def main():
     with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
     print_table(rows, copy_gbs)
-    plot(rows, os.path.join(args.out, "gpu_bench.png"))
+    plot(meta, rows, os.path.join(args.out, "gpu_bench.png"))
     return 1 if any(r["status"] == "FAILED" for r in rows) else 0
 
 

@@ -58,6 +58,8 @@ def layout(cases):
         bars = []
         for c in sorted(op_cases, key=lambda c: (labels.index(case_label(c, most)), dtypes.index(c["dtype"]))):
             share = c.get("fraction_of_copy") if c["status"] == "pass" else None
+            if c["status"] == "pass" and c.get("cache_resident"):
+                share = "cache"  # fits the last-level cache: no share of the memcpy
             bars.append((case_label(c, most), c["dtype"], share))
         panels.setdefault(family(op), []).append((op, bars))
     return {f: panels[f] for f in FAMILIES if f in panels}
@@ -101,23 +103,28 @@ def plot(run, path):
     panels = layout(run["cases"])
     gap = 1.0  # empty slots between two ops' groups
     widths = [sum(len(b) for _, b in ops) + gap * (len(ops) - 1) for ops in panels.values()]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(10, 0.16 * max(widths) + 2), 4.6 * len(panels)),
+    # Sized so that the labels stay legible when a README scales the image to about 1000 pixels.
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(12, 0.24 * max(widths) + 2), 5.2 * len(panels)),
                              squeeze=False, layout="constrained")
     colors = dtype_colors(run["cases"])
     for ax, (fam, ops) in zip(axes[:, 0], panels.items()):
         # Each panel on its own scale: in-cache cases (--quick) reach several times the copy.
-        top = max([REFERENCE] + [s for _, b in ops for _, _, s in b if s is not None])
+        top = max([REFERENCE] + [s for _, b in ops for _, _, s in b if isinstance(s, float)])
         x, centers, seen = 0.0, [], []
         for op, bars in ops:
             start = x
             for label, dtype, share in bars:
                 seen += [dtype] if dtype not in seen else []
                 if share is None:
-                    ax.plot(x, 0.02 * top, "x", color="red", ms=6, mew=2)
-                    ax.text(x, 0.06 * top, label, rotation=90, ha="center", va="bottom", fontsize=6, color="red")
+                    ax.plot(x, 0.02 * top, "x", color="red", ms=8, mew=2)
+                    ax.text(x, 0.06 * top, label, rotation=90, ha="center", va="bottom", fontsize=9, color="red")
+                elif share == "cache":
+                    ax.plot(x, 0.02 * top, "s", color="0.6", ms=6)
+                    ax.text(x, 0.06 * top, label + " (cache)", rotation=90, ha="center", va="bottom", fontsize=9,
+                            color="0.4")
                 else:
                     ax.bar(x, share, width=0.85, color=colors[dtype])
-                    ax.text(x, share + 0.01 * top, label, rotation=90, ha="center", va="bottom", fontsize=6)
+                    ax.text(x, share + 0.01 * top, label, rotation=90, ha="center", va="bottom", fontsize=9)
                 x += 1
             centers.append((start + x - 1) / 2)
             ax.axvline(x - 0.5 + gap / 2, color="0.85", lw=0.8)
@@ -125,16 +132,17 @@ def plot(run, path):
         ax.axhline(REFERENCE, color="red", ls="--", lw=1)
         ax.set_xlim(-1, x - gap)
         ax.set_ylim(0, top * 1.45)  # room for the shapes above the tallest bars
-        ax.set_xticks(centers, [op for op, _ in ops], rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel("share of memcpy")
-        ax.set_title(fam, loc="left", fontsize=10)
+        ax.set_xticks(centers, [op for op, _ in ops], rotation=20, ha="right", fontsize=11)
+        ax.tick_params(axis="y", labelsize=11)
+        ax.set_ylabel("share of memcpy", fontsize=12)
+        ax.set_title(fam, loc="left", fontsize=13)
         handles = [Patch(color=colors[d], label=d) for d in seen]
         handles.append(Line2D([], [], color="red", ls="--", label=f"{REFERENCE:.2f} of memcpy"))
         if any(s is None for _, b in ops for _, _, s in b):
             handles.append(Line2D([], [], color="red", marker="x", ls="", label="did not pass its check"))
-        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1, 1), fontsize=7, ncol=len(handles),
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1, 1), fontsize=11, ncol=len(handles),
                   frameon=False)
-    fig.suptitle(title(run), fontsize=10)
+    fig.suptitle(title(run), fontsize=13)
     fig.savefig(path, dpi=100)
 
 

@@ -1,5 +1,6 @@
 // gradops bench: each (op, dtype signature, shape) of a suite is checked against the oracle, then
 // timed; bandwidth under the bytes model is compared with a memcpy measured in the same run.
+#include <fmt/core.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,46 +24,46 @@
 namespace gradops::cli {
 namespace {
 
-constexpr OptionSpec kSpecs[] = {
-    {"--device", "DEVICE", "cpu (default) or cuda"},
-    {"--op", "NAMES", "only these operators (ORT names, comma-separated; repeatable)", true},
-    {"--dtype", "DTYPES", "dtypes to time (default f32,bf16,f16); each picks the op's signature with\n"
-                          "the most type variables equal to it (f16 -> f16,f32,f16 for LayerNorm);\n"
-                          "a whole signature (f16,f16,f32) picks exactly that one; repeatable", true},
-    {"--shape", "SHAPES", "instead of the suite's shapes: 1024x768 (x between dims, commas between\n"
-                          "shapes; repeatable)", true},
-    {"--attr", "NAME=VALUE", "an attribute for the ops that have it (axis=0, channels_last=1); repeatable", true},
-    {"--threads", "N", "CPU threads for gradops and for the memcpy reference (default: OpenMP's)"},
-    {"--repeats", "N", "timed runs per case (default: at least 10, and about 0.5 s worth)"},
-    {"--quick", "", "small shapes and short timing: a smoke test for CI"},
-    {"--full", "", "the suite's shapes as they are (on CPU they are otherwise scaled down)"},
-    {"--json", "FILE", "also write the results to FILE as JSON"},
-    {"--seed", "N", "the run's seed for the random inputs (default: a fresh one, printed)"},
-};
+// On CPU each suite case's rows (the first dimension) are set so that its working set under the
+// bytes model is at least this many times the last-level cache the tool detects (and at least
+// kCpuMinBytes): the data then streams from memory, which is what the memcpy reference measures.
+constexpr int64_t kCpuCacheMultiple = 2;
+constexpr int64_t kCpuMinBytes = int64_t{256} << 20;
+// A memcpy sample is taken before the cases, after them, and between cases whenever this long has
+// passed since the last one: the reference's spread over the run is printed with the results.
+constexpr double kCopyEverySeconds = 60;
+// A CPU case larger than this is checked against the oracle at fewer rows (the same op, dtypes,
+// attributes and columns, within this working set), then timed at its own size on those inputs
+// repeated along the rows: the float64 oracle is single-threaded and needs several times the
+// working set, so checking gigabytes would take minutes per case.
+constexpr int64_t kCheckBytes = int64_t{32} << 20;
 
-// On CPU each case's working set (the bytes model) is scaled down to at most this, halving the
-// rows and keeping the columns: large enough to stream from memory, small enough for a laptop and
-// for the float64 reference the check needs (several times the working set).
-constexpr int64_t kCpuBudgetBytes = int64_t{256} << 20;
-
-// ---- the suite (the targets of docs/performance.md) ---------------------------------------------
+// ---- the suites (docs/performance.md) -----------------------------------------------------------
 
 using Shapes = std::vector<std::vector<int64_t>>;
 
 struct SuiteShapes {
   Shapes elementwise, bias, softmax, norm, batch;
+  bool dx_only = false;  // also the bias gradients without dB
 };
 
+// The default suite: one representative shape per family (two layouts for batch norm), every op.
+// On CPU the rows are then sized beyond the last-level cache; the columns stay.
 const SuiteShapes kDefault = {
+    {{int64_t{1} << 26}}, {{16384, 4096}}, {{8192, 4096}}, {{16384, 1024}}, {{32, 256, 56, 56}},
+};
+// --full: the shapes of the performance targets, forwards included.
+const SuiteShapes kFull = {
     {{int64_t{1} << 26}},
     {{16384, 4096}, {8192, 3072}, {4096, 16384}},
     {{65536, 128}, {32768, 512}, {16384, 1024}, {8192, 4096}, {2048, 32768}, {512, 131072}, {8192, 50257}},
     {{32768, 768}, {16384, 1024}, {8192, 1600}, {8192, 4096}, {4096, 8192}, {2048, 16384}, {1024, 65536}, {229, 541}},
     // ResNet-50's batch-norm layers at N = 32, NCHW (the NHWC cases permute them to N,H,W,C).
     {{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 512, 28, 28}, {32, 1024, 14, 14}, {32, 2048, 7, 7}},
+    true,
 };
 const SuiteShapes kQuick = {
-    {{int64_t{1} << 16}}, {{256, 512}}, {{512, 128}, {64, 4096}}, {{512, 768}, {229, 541}}, {{4, 64, 28, 28}},
+    {{int64_t{1} << 16}}, {{256, 512}}, {{512, 128}, {64, 4096}}, {{512, 768}, {229, 541}}, {{4, 64, 28, 28}}, true,
 };
 
 struct SuiteCase {
@@ -86,7 +88,7 @@ std::vector<SuiteCase> suite_cases(const OpSchema& op, const SuiteShapes& s) {
     cases.push_back({op.id, shape, {}, {}});
     if (op.family == OpFamily::batch_norm)
       cases.push_back({op.id, {shape[0], shape[2], shape[3], shape[1]}, {{"channels_last", 1}}, {}});
-    if (has_bias(op) && op.outputs.size() > 1) cases.push_back({op.id, shape, {}, {false, true}});  // dX alone
+    if (s.dx_only && has_bias(op) && op.outputs.size() > 1) cases.push_back({op.id, shape, {}, {false, true}});
   }
   return cases;
 }
@@ -105,9 +107,10 @@ const TypeSignature* natural_signature(const OpSchema& op, DType t) {
   return best;
 }
 
-std::vector<TypeSignature> bench_signatures(const OpSchema& op, const Selection& sel) {
-  const std::vector<std::string> values =
-      sel.dtypes.empty() ? std::vector<std::string>{"f32", "bf16", "f16"} : sel.dtypes;
+std::vector<TypeSignature> bench_signatures(const OpSchema& op, const Selection& sel, bool full) {
+  const std::vector<std::string> values = !sel.dtypes.empty() ? sel.dtypes
+                                          : full ? std::vector<std::string>{"f32", "bf16", "f16"}
+                                                 : std::vector<std::string>{"f32", "bf16"};
   std::vector<TypeSignature> out;
   auto add = [&](const TypeSignature& s) {
     if (std::none_of(out.begin(), out.end(), [&](const TypeSignature& o) { return o.types == s.types; }))
@@ -128,26 +131,34 @@ std::vector<TypeSignature> bench_signatures(const OpSchema& op, const Selection&
   return out;
 }
 
-// Halves the rows (dim 0) until the bytes model fits the budget. The model is linear in the rows
-// (per-row and per-column tensors only), so two tiny cases give it exactly.
-std::vector<int64_t> fit_to_budget(const check::Problem& p, int64_t budget) {
-  if (p.shape.empty() || p.shape[0] <= 1) return p.shape;
+// The bytes model as a function of the rows (dim 0): fixed + per_row * rows. It is linear (per-row
+// and per-column tensors only), so two tiny cases give it exactly. false where the oracle cannot
+// make the op's inputs (the check reports that; the shape does not matter).
+bool row_model(const check::Problem& p, int64_t* fixed, int64_t* per_row) {
+  if (p.shape.empty()) return false;
   auto bytes_at = [&](int64_t rows) {
     check::Problem q = p;
     q.shape[0] = rows;
     return check::Case(q).bytes();
   };
-  int64_t fixed, per_row;
   try {
     const int64_t one = bytes_at(1), two = bytes_at(2);
-    per_row = two - one;
-    fixed = one - per_row;
+    *per_row = two - one;
+    *fixed = one - *per_row;
   } catch (const std::exception&) {
-    return p.shape;  // no oracle for the op: the check reports it, the shape does not matter
+    return false;
   }
-  std::vector<int64_t> s = p.shape;
-  while (s[0] > 1 && fixed + per_row * s[0] > budget) s[0] = (s[0] + 1) / 2;
-  return s;
+  return *per_row > 0;
+}
+
+// The fewest rows whose working set is at least `bytes`.
+int64_t rows_at_least(int64_t fixed, int64_t per_row, int64_t bytes) {
+  return std::max<int64_t>(1, (bytes - fixed + per_row - 1) / per_row);
+}
+
+// The most rows (at most `rows`) whose working set is at most `bytes`, at least one.
+int64_t rows_at_most(int64_t fixed, int64_t per_row, int64_t bytes, int64_t rows) {
+  return std::clamp<int64_t>((bytes - fixed) / per_row, 1, std::max<int64_t>(rows, 1));
 }
 
 // ---- the machine and its copy bandwidth -----------------------------------------------------------
@@ -190,6 +201,7 @@ struct Copy {
   double median_us = NAN;
   double gbps = NAN;  // (read + write bytes) / median time
   double gbps_end = NAN;  // measured again after the cases: a drifting machine shows here
+  std::vector<double> samples_gbps;  // every measurement of the run, in order (the first is gbps)
 };
 
 // Timing statistics of a sample of run times, in seconds.
@@ -240,7 +252,7 @@ Copy measure_copy(int threads, int64_t bytes, int repeats) {
 
 struct Result {
   std::string op, dtype;
-  std::vector<int64_t> shape, suite_shape;
+  std::vector<int64_t> shape, suite_shape, checked_shape;
   oracle::Attrs attrs;
   std::vector<std::string> outputs;
   std::string impl;
@@ -251,6 +263,8 @@ struct Result {
   int repeats = 0;
   int64_t bytes = 0;
   double gbps = NAN;
+  double copy_gbps = NAN;       // the memcpy sample taken last before this case
+  bool cache_resident = false;  // the working set fits the last-level cache: no copy share
 };
 
 struct Timing {
@@ -291,33 +305,6 @@ Timing time_case(check::Case& c, Device device, int64_t fixed_repeats, bool quic
 
 // ---- output -------------------------------------------------------------------------------------
 
-std::string json_string(std::string_view s) {
-  std::string r = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') r += '\\', r += static_cast<char>(c);
-    else if (c == '\n') r += "\\n";
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      r += b;
-    } else r += static_cast<char>(c);
-  }
-  return r + "\"";
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-
-std::string json_shape(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 const char* json_status(Outcome o) {
   switch (o) {
     case Outcome::pass: return "pass";
@@ -327,6 +314,12 @@ const char* json_status(Outcome o) {
     case Outcome::no_oracle: return "no_oracle";
   }
   return "error";
+}
+
+// Six significant digits, as the JSON has always had; null for NaN and infinities.
+nlohmann::ordered_json json_number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return std::strtod(fmt::format("{:.6g}", v).c_str(), nullptr);
 }
 
 std::string utc_now() {
@@ -340,197 +333,330 @@ std::string utc_now() {
 
 std::string attrs_label(const oracle::Attrs& attrs) {
   std::string s;
-  for (const auto& [k, v] : attrs) {
-    char b[64];
-    std::snprintf(b, sizeof b, " %s=%g", k.c_str(), v);
-    s += b;
-  }
+  for (const auto& [k, v] : attrs) s += fmt::format(" {}={:g}", k, v);
   return s;
 }
 
-// Rewritten after every case, so that an interrupted run still leaves its results ("complete": false).
-bool write_json(const std::string& path, const Machine& m, int threads, Device device, uint64_t seed, bool quick,
-                bool full, const Copy& copy, const std::vector<Result>& results, bool complete) {
-  std::string j = "{\n";
-  j += "  \"schema\": \"gradops-bench/1\",\n";
-  j += std::string("  \"complete\": ") + (complete ? "true" : "false") + ",\n";
-  j += "  \"date\": " + json_string(utc_now()) + ",\n";
-  j += "  \"gradops\": {\"version\": " + json_string(GRADOPS_VERSION) + ", \"build_type\": " +
-       json_string(GRADOPS_BUILD_TYPE) + ", \"compiler\": " + json_string(__VERSION__) +
+struct RunInfo {
+  Machine machine;
+  int threads = 1;
+  Device device;
+  uint64_t seed = 0;
+  const char* suite = "default";
+};
+
+// The schema "gradops-bench/1" (docs/cli.md; tests/bench_json_test.py pins it). Rewritten after
+// every case, so that an interrupted run still leaves its results ("complete": false).
+bool write_json(const std::string& path, const RunInfo& run, const Copy& copy, const std::vector<Result>& results,
+                bool complete) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["schema"] = "gradops-bench/1";
+  j["complete"] = complete;
+  j["date"] = utc_now();
 #if defined(GRADOPS_HAVE_CUDA)
-       ", \"cuda\": true},\n";
+  constexpr bool cuda = true;
 #else
-       ", \"cuda\": false},\n";
+  constexpr bool cuda = false;
 #endif
-  j += "  \"machine\": {\"cpu\": " + json_string(m.cpu) + ", \"cores\": " + std::to_string(m.cores) +
-       ", \"logical_cpus\": " + std::to_string(m.logical_cpus) + ", \"threads\": " + std::to_string(threads) +
-       ", \"llc_bytes\": " + std::to_string(m.llc_bytes) + ", \"memory_bytes\": " + std::to_string(m.memory_bytes) +
-       "},\n";
-  j += "  \"device\": " + json_string(device_type_name(device.type)) + ",\n";
-  j += "  \"seed\": " + std::to_string(seed) + ",\n";
-  j += std::string("  \"suite\": ") + (quick ? "\"quick\"" : full ? "\"full\"" : "\"default\"") + ",\n";
-  if (device.type != DeviceType::cpu)
-    j += "  \"copy\": null,\n";  // no device-to-device copy reference yet
-  else
-    j += "  \"copy\": {\"method\": \"OpenMP memcpy of disjoint chunks\", \"threads\": " + std::to_string(threads) +
-       ", \"buffer_bytes\": " + std::to_string(copy.buffer_bytes) + ", \"median_us\": " +
-       json_number(copy.median_us) + ", \"gbps\": " + json_number(copy.gbps) +
-       ", \"gbps_end\": " + json_number(copy.gbps_end) + "},\n";
-  j += "  \"cases\": [";
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    std::string attrs = "{";
-    for (const auto& [k, v] : r.attrs) attrs += (attrs.size() > 1 ? ", " : "") + json_string(k) + ": " + json_number(v);
-    attrs += "}";
-    std::string outs = "[";
-    for (std::size_t o = 0; o < r.outputs.size(); ++o) outs += (o ? ", " : "") + json_string(r.outputs[o]);
-    outs += "]";
-    const double fraction = r.gbps / copy.gbps;
-    j += std::string(i ? "," : "") + "\n    {\"op\": " + json_string(r.op) + ", \"dtype\": " + json_string(r.dtype) +
-         ", \"device\": " + json_string(device_type_name(device.type)) + ", \"shape\": " + json_shape(r.shape) +
-         ", \"suite_shape\": " + json_shape(r.suite_shape) + ", \"attrs\": " + attrs + ", \"outputs\": " + outs +
-         ",\n     \"impl\": " + json_string(r.impl) + ", \"status\": " + json_string(json_status(r.outcome)) +
-         ", \"detail\": " + json_string(r.detail) + ", \"max_error\": " + json_number(r.max_error) +
-         ", \"tolerance\": " + json_number(r.tolerance) + ",\n     \"median_us\": " + json_number(r.median_us) +
-         ", \"min_us\": " + json_number(r.min_us) + ", \"repeats\": " + std::to_string(r.repeats) +
-         ", \"bytes\": " + std::to_string(r.bytes) + ", \"gbps\": " + json_number(r.gbps) +
-         ", \"copy_gbps\": " + json_number(r.outcome == Outcome::pass ? copy.gbps : NAN) +
-         ", \"fraction_of_copy\": " + json_number(fraction) + "}";
+  j["gradops"] = {{"version", GRADOPS_VERSION}, {"build_type", GRADOPS_BUILD_TYPE}, {"compiler", __VERSION__},
+                  {"cuda", cuda}};
+  const Machine& m = run.machine;
+  j["machine"] = {{"cpu", m.cpu},       {"cores", m.cores},         {"logical_cpus", m.logical_cpus},
+                  {"threads", run.threads}, {"llc_bytes", m.llc_bytes}, {"memory_bytes", m.memory_bytes}};
+  j["device"] = device_type_name(run.device.type);
+  j["seed"] = run.seed;
+  j["suite"] = run.suite;
+  if (run.device.type != DeviceType::cpu) {
+    j["copy"] = nullptr;  // no device-to-device copy reference yet
+  } else {
+    json samples = json::array();
+    for (double g : copy.samples_gbps) samples.push_back(json_number(g));
+    const auto [lo, hi] = std::minmax_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
+    j["copy"] = {{"method", "OpenMP memcpy of disjoint chunks"},
+                 {"threads", run.threads},
+                 {"buffer_bytes", copy.buffer_bytes},
+                 {"median_us", json_number(copy.median_us)},
+                 {"gbps", json_number(copy.gbps)},
+                 {"gbps_end", json_number(copy.gbps_end)},
+                 {"samples_gbps", samples},
+                 {"min_gbps", json_number(copy.samples_gbps.empty() ? NAN : *lo)},
+                 {"max_gbps", json_number(copy.samples_gbps.empty() ? NAN : *hi)}};
   }
-  j += "\n  ]\n}\n";
+  json cases = json::array();
+  for (const Result& r : results) {
+    json attrs = json::object();
+    for (const auto& [k, v] : r.attrs) attrs[k] = json_number(v);
+    const bool timed = r.outcome == Outcome::pass;
+    cases.push_back({{"op", r.op},
+                     {"dtype", r.dtype},
+                     {"device", device_type_name(run.device.type)},
+                     {"shape", r.shape},
+                     {"suite_shape", r.suite_shape},
+                     {"checked_shape", r.checked_shape},
+                     {"attrs", attrs},
+                     {"outputs", r.outputs},
+                     {"impl", r.impl},
+                     {"status", json_status(r.outcome)},
+                     {"detail", r.detail},
+                     {"max_error", json_number(r.max_error)},
+                     {"tolerance", json_number(r.tolerance)},
+                     {"median_us", json_number(r.median_us)},
+                     {"min_us", json_number(r.min_us)},
+                     {"repeats", r.repeats},
+                     {"bytes", r.bytes},
+                     {"gbps", json_number(r.gbps)},
+                     {"copy_gbps", json_number(timed && !r.cache_resident ? r.copy_gbps : NAN)},
+                     {"fraction_of_copy", json_number(r.cache_resident ? NAN : r.gbps / r.copy_gbps)},
+                     {"cache_resident", r.cache_resident}});
+  }
+  j["cases"] = std::move(cases);
   std::ofstream f(path);
-  f << j;
+  f << j.dump(1) << "\n";
   return static_cast<bool>(f);
 }
+
+std::string duration_label(double seconds) {
+  const int s = static_cast<int>(std::lround(std::max(0.0, seconds)));
+  return s >= 60 ? fmt::format("{}m{:02}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+// One planned case: what the table needs before it runs (its columns are sized from these).
+struct Planned {
+  SuiteCase sc;
+  TypeSignature sig{};
+  check::Problem problem;
+  check::Problem checked;  // the problem compared with the oracle: `problem`, or the same with fewer rows
+  std::string label, dtype, shape_label, impl;
+};
 
 }  // namespace
 
 int bench_main(std::span<char* const> args) {
-  Options o;
-  std::string error;
-  if (!parse_options(args, kSpecs, &o, &error)) return usage_error("bench", error);
-  if (o.has("--help")) {
-    print_help(stdout, "gradops bench [options]",
-               "Checks, then times, every (op, dtype signature, shape) of the embedded suite: the shapes of\n"
-               "the performance targets (elementwise 2^26 elements, bias-gelu 16384x4096 ..., softmax and\n"
-               "LayerNorm rows x cols lists, ResNet-50 batch norms at N=32 in NCHW and NHWC; forwards too).\n"
-               "On CPU the rows are halved until a case's working set is at most 256 MiB (--full keeps\n"
-               "them). A case that fails its check is reported as such, with no time. Reports the median\n"
-               "time, GB/s under the bytes model (inputs read once, outputs written once) and the share\n"
-               "of a memcpy measured in the same run with the same threads. Exit status 1 if any case did\n"
-               "not pass its check (including UNIMPLEMENTED and NO-ORACLE).",
-               kSpecs);
-    return kExitOk;
-  }
-  Selection sel;
-  if (!sel.parse(o, &error)) return usage_error("bench", error);
-  Device device = Device::cpu();
-  if (const std::string* d = o.last("--device"); d && !parse_device(*d, &device, &error))
-    return usage_error("bench", error);
+  CLI::App app{
+      "Checks, then times, every (op, dtype signature, shape) of the embedded suite. The default suite\n"
+      "has one representative shape per op family (two layouts for batch norm) in f32 and bf16, every\n"
+      "operator; --full has the shapes of the performance targets in f32, bf16 and f16. On CPU the\n"
+      "rows of every suite case are sized so that its working set is at least twice the last-level\n"
+      "cache (and 256 MiB). A case that fails its check is reported as such, with no time. Reports the\n"
+      "median time, GB/s under the bytes model (inputs read once, outputs written once) and the share\n"
+      "of a memcpy measured in the same run with the same threads (sampled through the run; its\n"
+      "spread is printed). Cases whose working set fits the last-level cache are marked cache and get\n"
+      "no share. Exit status 1 if any case did not pass its check (including UNIMPLEMENTED and\n"
+      "NO-ORACLE), or if the device cannot be used; 2 for a usage error, such as an attribute value\n"
+      "the operator does not accept."};
+  std::string device_name = "cpu";
+  std::vector<std::string> op_values, dtype_values, shape_values, attr_values;
   uint64_t seed = fresh_seed();
-  if (const std::string* s = o.last("--seed"); s && !parse_uint(*s, &seed))
-    return usage_error("bench", "--seed takes a non-negative integer, got '" + *s + "'");
-  int64_t threads = 0, repeats = 0;
-  if (const std::string* t = o.last("--threads"); t && (!parse_int(*t, &threads) || threads < 1 || threads > 4096))
-    return usage_error("bench", "--threads takes a count from 1 to 4096, got '" + *t + "'");
-  if (const std::string* r = o.last("--repeats"); r && (!parse_int(*r, &repeats) || repeats < 1 || repeats > 1000000))
-    return usage_error("bench", "--repeats takes a count from 1, got '" + *r + "'");
-  const bool quick = o.has("--quick"), full = o.has("--full");
-  if (quick && full) return usage_error("bench", "--quick and --full contradict each other");
+  int threads = 0, repeats = 0;
+  bool quick = false, full = false;
+  std::string json_path;
+  app.add_option("--device", device_name, "cpu (default) or cuda")->type_name("DEVICE");
+  add_selection_options(app, &op_values, &dtype_values,
+                        "dtypes to time (default f32,bf16; with --full f32,bf16,f16); each picks the op's\n"
+                        "signature with the most type variables equal to it (f16 -> f16,f32,f16 for\n"
+                        "LayerNorm); a whole signature (f16,f16,f32) picks exactly that one; repeatable");
+  app.add_option("--shape", shape_values,
+                 "instead of the suite's shapes: 1024x768 (x between dims, commas between shapes;\n"
+                 "repeatable); used as given, also on CPU")
+      ->type_name("SHAPES")
+      ->allow_extra_args(false);
+  app.add_option("--attr", attr_values, "an attribute for the ops that have it (axis=0, channels_last=1); repeatable")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  app.add_option("--threads", threads, "CPU threads for gradops and for the memcpy reference (default: OpenMP's)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--repeats", repeats, "timed runs per case (default: at least 10, and about 0.5 s worth)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1000000));
+  CLI::Option* quick_opt = app.add_flag("--quick", quick, "small shapes and short timing: a smoke test for CI");
+  app.add_flag("--full", full, "the full suite: the shapes of the performance targets, f16 too")->excludes(quick_opt);
+  app.add_option("--json", json_path, "also write the results to FILE as JSON")->type_name("FILE");
+  app.add_option("--seed", seed, "the run's seed for the random inputs (default: a fresh one, printed)")
+      ->type_name("N");
+  if (const int rc = parse_args(app, "bench", args); rc >= 0) return rc;
+
+  std::string error;
+  Selection sel;
+  if (!sel.parse(op_values, dtype_values, &error)) return usage_error("bench", error);
+  Device device = Device::cpu();
+  if (!parse_device(device_name, &device, &error)) return usage_error("bench", error);
   Shapes user_shapes;
-  for (const std::string& v : o.all("--shape"))
+  for (const std::string& v : shape_values)
     for (const std::string& one : split(v, ',')) {
-      std::vector<int64_t> s;
-      if (!parse_shape(one, &s))
+      std::vector<int64_t> sh;
+      if (!parse_shape(one, &sh))
         return usage_error("bench", "bad shape '" + one + "' (expected dims joined by x, such as 1024x768)");
-      user_shapes.push_back(s);
+      user_shapes.push_back(sh);
     }
   oracle::Attrs user_attrs;
-  for (const std::string& v : o.all("--attr")) {
+  for (const std::string& v : attr_values) {
     std::string name;
     double value;
     if (!parse_attr(v, &name, &value)) return usage_error("bench", "bad attribute '" + v + "' (expected NAME=VALUE)");
     user_attrs[name] = value;
   }
-  const int used_threads = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+  if (!device_usable(device, &error)) {
+    fmt::print(stderr, "gradops bench: {}\n", error);
+    return kExitFailures;
+  }
+  const int used_threads = threads > 0 ? threads : omp_get_max_threads();
+  const Machine machine = machine_info();
+  // Suite cases on CPU stream from memory: at least twice the last-level cache the tool detects.
+  const int64_t cpu_target = std::max(kCpuMinBytes, kCpuCacheMultiple * machine.llc_bytes);
 
   // The cases, in table order.
-  std::vector<std::pair<SuiteCase, TypeSignature>> plan;
+  std::vector<std::pair<SuiteCase, TypeSignature>> cases_and_sigs;
   std::set<std::string> attrs_used;
   for (const OpSchema& op : op_schemas()) {
     if (!sel.op_selected(op)) continue;
     std::vector<SuiteCase> cases;
-    if (user_shapes.empty()) cases = suite_cases(op, quick ? kQuick : kDefault);
+    if (user_shapes.empty()) cases = suite_cases(op, quick ? kQuick : full ? kFull : kDefault);
     else
-      for (const auto& s : user_shapes) cases.push_back({op.id, s, {}, {}});
+      for (const auto& sh : user_shapes) cases.push_back({op.id, sh, {}, {}});
     for (SuiteCase& c : cases)
       for (const auto& [k, v] : user_attrs)
         if (op.find_attribute(k) >= 0) c.attrs[k] = v, attrs_used.insert(k);
-    for (const TypeSignature& sig : bench_signatures(op, sel))
-      for (const SuiteCase& c : cases) plan.emplace_back(c, sig);
+    for (const TypeSignature& sig : bench_signatures(op, sel, full))
+      for (const SuiteCase& c : cases) cases_and_sigs.emplace_back(c, sig);
   }
   for (const auto& [k, v] : user_attrs)
     if (!attrs_used.count(k)) return usage_error("bench", "no selected operator has an attribute '" + k + "'");
-  if (plan.empty()) return usage_error("bench", "no operator and dtype matches the filters");
+  if (cases_and_sigs.empty()) return usage_error("bench", "no operator and dtype matches the filters");
 
-  const Machine machine = machine_info();
-  std::printf("gradops %s bench: %s, %s, %d cores, %d threads, seed %llu\n", GRADOPS_VERSION,
-              device_type_name(device.type), machine.cpu.c_str(), machine.cores, used_threads,
-              static_cast<unsigned long long>(seed));
-  Copy copy;
-  // Far beyond the last-level cache, but within an eighth of the memory.
-  const int64_t copy_bytes = std::min<int64_t>(std::max<int64_t>(int64_t{1} << 30, 4 * machine.llc_bytes),
-                                               std::max<int64_t>(machine.memory_bytes / 8, int64_t{64} << 20));
-  const int copy_repeats = quick ? 3 : 7;
-  if (device.type == DeviceType::cpu) {
-    std::fprintf(stderr, "measuring memcpy bandwidth (2 x %.2f GB)...\n", static_cast<double>(copy_bytes) / 1e9);
-    copy = measure_copy(used_threads, copy_bytes, copy_repeats);
-    std::printf("memcpy: %.1f GB/s read+write (OpenMP, %d threads, %.2f GB buffers, last-level cache %.0f MB)\n",
-                copy.gbps, used_threads, static_cast<double>(copy.buffer_bytes) / 1e9,
-                static_cast<double>(machine.llc_bytes) / 1e6);
-  }
-  std::printf("\n%-34s %-14s %-26s %-17s %-13s %7s %11s %9s %7s\n", "op", "dtype", "shape", "impl", "status",
-              "err/tol", "median_us", "GB/s", "copy%");
-  std::fflush(stdout);
-
-  const bool tty = isatty(fileno(stderr));
-  const std::string* json_path = o.last("--json");
-  bool json_ok = true;
-  std::vector<Result> results;
-  int not_passed = 0;
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    const auto& [sc, sig] = plan[i];
+  // Every case sized and validated by gradops before anything is timed: an attribute value or a
+  // shape the op refuses is a usage error now, not a failure after minutes of measuring.
+  std::vector<Planned> plan;
+  for (const auto& [sc, sig] : cases_and_sigs) {
     const OpSchema& op = op_schema(sc.op);
-    Result r;
-    r.op = op.name;
-    r.dtype = signature_string(op, sig);
-    r.suite_shape = sc.shape;
-    r.attrs = sc.attrs;
-    check::Problem p;
+    Planned pl;
+    pl.sc = sc;
+    pl.sig = sig;
+    check::Problem& p = pl.problem;
     p.op = sc.op;
     p.sig = sig;
     p.shape = sc.shape;
     p.attrs = sc.attrs;
     p.skip_output = sc.skip_output;
-    p.threads = static_cast<int>(threads);
+    p.threads = threads;
     p.device = device;
-    if (device.type == DeviceType::cpu && !full) p.shape = fit_to_budget(p, kCpuBudgetBytes);
-    p.seed = problem_seed(seed, op.name, r.dtype, shape_string(p.shape), p.attrs);
-    r.shape = p.shape;
+    if (std::string message; !validate_problem(p, &message, &pl.impl)) {
+      const bool from_user = !user_shapes.empty() || !user_attrs.empty();
+      if (from_user) return usage_error("bench", message);
+    }
+    pl.checked = p;
+    if (int64_t fixed, per_row; device.type == DeviceType::cpu && row_model(p, &fixed, &per_row)) {
+      if (!quick && user_shapes.empty()) p.shape[0] = rows_at_least(fixed, per_row, cpu_target);
+      pl.checked.shape = p.shape;
+      pl.checked.shape[0] = rows_at_most(fixed, per_row, kCheckBytes, p.shape[0]);
+    }
+    pl.dtype = signature_string(op, sig);
+    p.seed = problem_seed(seed, op.name, pl.dtype, shape_string(p.shape), p.attrs);
+    pl.checked.seed = p.seed;
+    std::vector<std::string> outputs;
     for (std::size_t k = 0; k < op.outputs.size(); ++k)
-      if (!(k < sc.skip_output.size() && sc.skip_output[k])) r.outputs.emplace_back(op.outputs[k].name);
-    const std::string label = r.op + (r.outputs.size() < op.outputs.size() ? " (" + r.outputs[0] + " only)" : "");
-    const std::string shape_label = shape_string(r.shape) + attrs_label(r.attrs);
-    std::fprintf(stderr, "%s[%zu/%zu] %s %s %s%s", tty ? "\r\033[K" : "", i + 1, plan.size(), label.c_str(),
-                 r.dtype.c_str(), shape_label.c_str(), tty ? "" : "\n");
-    std::fflush(stderr);
+      if (!(k < sc.skip_output.size() && sc.skip_output[k])) outputs.emplace_back(op.outputs[k].name);
+    pl.label = std::string(op.name) + (outputs.size() < op.outputs.size() ? " (" + outputs[0] + " only)" : "");
+    pl.shape_label = shape_string(p.shape) + attrs_label(p.attrs);
+    plan.push_back(std::move(pl));
+  }
 
-    Checked c = check_problem(p, true);
+  RunInfo run{machine, used_threads, device, seed, quick ? "quick" : full ? "full" : "default"};
+  fmt::print("gradops {} bench ({} suite): {}, {}, {} cores, {} threads, seed {}\n", GRADOPS_VERSION, run.suite,
+             device_type_name(device.type), machine.cpu, machine.cores, used_threads, seed);
+  Copy copy;
+  // Far beyond the last-level cache, but within an eighth of the memory.
+  const int64_t copy_bytes = std::min<int64_t>(std::max<int64_t>(int64_t{1} << 30, 4 * machine.llc_bytes),
+                                               std::max<int64_t>(machine.memory_bytes / 8, int64_t{64} << 20));
+  const int copy_repeats = quick ? 3 : 7;
+  auto last_copy = std::chrono::steady_clock::now();
+  auto sample_copy = [&] {
+    const Copy c = measure_copy(used_threads, copy_bytes, copy_repeats);
+    if (copy.samples_gbps.empty()) copy = c;  // the first sample is the run's headline reference
+    copy.samples_gbps.push_back(c.gbps);
+    last_copy = std::chrono::steady_clock::now();
+    // The highest sample so far is the reference: on a busy machine a copy of seconds is preempted
+    // more than a case's short runs, and a depressed reference would inflate every share.
+    return *std::max_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
+  };
+  double current_copy = NAN;
+  if (device.type == DeviceType::cpu) {
+    fmt::print(stderr, "measuring memcpy bandwidth (2 x {:.2f} GB)...\n", static_cast<double>(copy_bytes) / 1e9);
+    current_copy = sample_copy();
+    fmt::print("memcpy: {:.1f} GB/s read+write (OpenMP, {} threads, {:.2f} GB buffers; sampled again every {:.0f} s)\n",
+               copy.gbps, used_threads, static_cast<double>(copy.buffer_bytes) / 1e9, kCopyEverySeconds);
+    fmt::print("last-level cache {:.0f} MB: suite cases are sized to at least {:.2f} GB; smaller ones are marked "
+               "cache and get no copy share\n",
+               static_cast<double>(machine.llc_bytes) / 1e6, static_cast<double>(cpu_target) / 1e9);
+  }
+
+  // Columns as wide as their content.
+  std::size_t w_label = 2, w_dtype = 5, w_shape = 5, w_impl = 4;
+  for (const Planned& pl : plan) {
+    w_label = std::max(w_label, pl.label.size());
+    w_dtype = std::max(w_dtype, pl.dtype.size());
+    w_shape = std::max(w_shape, pl.shape_label.size());
+    w_impl = std::max(w_impl, pl.impl.size());
+  }
+  auto row = [&](std::string_view label, std::string_view dtype, std::string_view shape, std::string_view impl,
+                 std::string_view status, std::string_view ratio, std::string_view med, std::string_view gbps,
+                 std::string_view pct) {
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<13}  {:>7}  {:>11}  {:>8}  {:>6}\n", label, w_label, dtype, w_dtype,
+               shape, w_shape, impl, w_impl, status, ratio, med, gbps, pct);
+  };
+  fmt::print("\n");
+  row("op", "dtype", "shape", "impl", "status", "err/tol", "median_us", "GB/s", "copy%");
+  std::fflush(stdout);
+
+  const bool tty = isatty(fileno(stderr));
+  bool json_ok = true;
+  std::vector<Result> results;
+  int not_passed = 0, above_copy = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const Planned& pl = plan[i];
+    const check::Problem& p = pl.problem;
+    const OpSchema& op = op_schema(p.op);
+    Result r;
+    r.op = op.name;
+    r.dtype = pl.dtype;
+    r.suite_shape = pl.sc.shape;
+    r.shape = p.shape;
+    r.attrs = p.attrs;
+    for (std::size_t k = 0; k < op.outputs.size(); ++k)
+      if (!(k < p.skip_output.size() && p.skip_output[k])) r.outputs.emplace_back(op.outputs[k].name);
+
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string eta =
+        i == 0 ? "" : fmt::format(", about {} left", duration_label(elapsed / static_cast<double>(i) * (plan.size() - i)));
+    fmt::print(stderr, "{}[{}/{}] {} {} {} ({} so far{}){}", tty ? "\r\033[K" : "", i + 1, plan.size(), pl.label,
+               r.dtype, pl.shape_label, duration_label(elapsed), eta, tty ? "" : "\n");
+    std::fflush(stderr);
+    if (device.type == DeviceType::cpu && i > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_copy).count() > kCopyEverySeconds)
+      current_copy = sample_copy();
+
+    Checked c = check_problem(pl.checked, true);
+    r.checked_shape = pl.checked.shape;
     r.outcome = c.outcome;
     r.detail = c.outcome == Outcome::pass ? "" : c.detail;
     if (c.outcome == Outcome::pass || c.outcome == Outcome::fail) {
       r.max_error = c.report.max_error;
       r.tolerance = c.report.tolerance;
+    }
+    if (c.prepared && pl.checked.shape != p.shape) {
+      try {
+        c.prepared = check::Case::tiled(p, *c.prepared);
+      } catch (const std::bad_alloc&) {
+        c.prepared.reset();
+        r.outcome = Outcome::error;
+        r.detail = check::describe(p) + ": out of host memory for the timed buffers";
+      } catch (const std::exception& e) {
+        c.prepared.reset();
+        r.outcome = Outcome::error;
+        r.detail = check::describe(p) + ": preparing the timed buffers: " + e.what();
+      }
     }
     if (c.prepared) {
       r.bytes = c.prepared->bytes();
@@ -547,41 +673,55 @@ int bench_main(std::span<char* const> args) {
       }
     }
     c.prepared.reset();
-    if (tty) std::fprintf(stderr, "\r\033[K");
+    r.copy_gbps = current_copy;
+    r.cache_resident = device.type == DeviceType::cpu && r.bytes > 0 && r.bytes <= machine.llc_bytes;
+    if (tty) fmt::print(stderr, "\r\033[K");
     not_passed += r.outcome != Outcome::pass;
 
-    char ratio[16] = "-", med[24] = "-", gbps[16] = "-", pct[16] = "-";
-    if (std::isfinite(r.max_error))
-      std::snprintf(ratio, sizeof ratio, "%.2f", r.max_error == 0 ? 0.0 : r.max_error / r.tolerance);
-    if (std::isfinite(r.median_us)) std::snprintf(med, sizeof med, "%.1f", r.median_us);
-    if (std::isfinite(r.gbps)) std::snprintf(gbps, sizeof gbps, "%.2f", r.gbps);
-    if (std::isfinite(r.gbps / copy.gbps)) std::snprintf(pct, sizeof pct, "%.0f%%", 100 * r.gbps / copy.gbps);
-    std::printf("%-34s %-14s %-26s %-17s %-13s %7s %11s %9s %7s\n", label.c_str(), r.dtype.c_str(),
-                shape_label.c_str(), r.impl.empty() ? "-" : r.impl.c_str(), outcome_name(r.outcome), ratio, med,
-                gbps, pct);
-    if (r.outcome != Outcome::pass) std::printf("  %s\n", r.detail.c_str());
+    std::string ratio = "-", med = "-", gbps = "-", pct = "-";
+    if (std::isfinite(r.max_error)) ratio = fmt::format("{:.2f}", r.max_error == 0 ? 0.0 : r.max_error / r.tolerance);
+    if (std::isfinite(r.median_us)) med = fmt::format("{:.1f}", r.median_us);
+    if (std::isfinite(r.gbps)) gbps = fmt::format("{:.2f}", r.gbps);
+    if (r.cache_resident) pct = "cache";
+    else if (std::isfinite(r.gbps / r.copy_gbps)) pct = fmt::format("{:.0f}%", 100 * r.gbps / r.copy_gbps);
+    if (!r.cache_resident && r.gbps > r.copy_gbps) {
+      pct += "!";  // faster than the copy: the reference or the case was disturbed
+      ++above_copy;
+    }
+    row(pl.label, r.dtype, pl.shape_label, r.impl.empty() ? "-" : r.impl, outcome_name(r.outcome), ratio, med, gbps,
+        pct);
+    if (r.outcome != Outcome::pass) fmt::print("  {}\n", r.detail);
     std::fflush(stdout);
     results.push_back(std::move(r));
-    if (json_path)
-      json_ok = write_json(*json_path, machine, used_threads, device, seed, quick, full, copy, results,
-                           i + 1 == plan.size() && device.type != DeviceType::cpu);
+    if (!json_path.empty())
+      json_ok = write_json(json_path, run, copy, results, i + 1 == plan.size() && device.type != DeviceType::cpu);
   }
 
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (device.type == DeviceType::cpu) {
-    copy.gbps_end = measure_copy(used_threads, copy_bytes, copy_repeats).gbps;
-    std::printf("\nmemcpy again after the cases: %.1f GB/s (%+.0f%%; copy%% above uses the first measurement)\n",
-                copy.gbps_end, 100 * (copy.gbps_end / copy.gbps - 1));
-    if (json_path)
-      json_ok = write_json(*json_path, machine, used_threads, device, seed, quick, full, copy, results, true);
+    sample_copy();
+    copy.gbps_end = copy.samples_gbps.back();
+    const auto [lo, hi] = std::minmax_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
+    fmt::print("\nmemcpy over the run: {} samples, {:.1f} to {:.1f} GB/s (spread {:.0f}% of the lowest; first "
+               "{:.1f}, last {:.1f}); each case's copy% uses the highest sample taken before it\n",
+               copy.samples_gbps.size(), *lo, *hi, 100 * (*hi / *lo - 1), copy.gbps, copy.gbps_end);
+    if (above_copy)
+      fmt::print("{} cases (marked !) ran faster than the memcpy reference: with working sets beyond the cache "
+                 "this means the machine was busy while the reference or those cases were measured\n",
+                 above_copy);
+    if (*hi > 1.2 * *lo)
+      fmt::print("the machine's bandwidth moved by more than 20% during the run (other load?): copy% deserves "
+                 "less trust\n");
+    if (!json_path.empty()) json_ok = write_json(json_path, run, copy, results, true);
   }
-  std::printf("\n%zu cases: %zu passed and timed, %d did not pass (seed %llu)\n", results.size(),
-              results.size() - not_passed, not_passed, static_cast<unsigned long long>(seed));
-  if (json_path) {
+  fmt::print("\n{} cases: {} passed and timed, {} did not pass ({}, seed {})\n", results.size(),
+             results.size() - static_cast<std::size_t>(not_passed), not_passed, duration_label(seconds), seed);
+  if (!json_path.empty()) {
     if (!json_ok) {
-      std::fprintf(stderr, "gradops bench: could not write %s\n", json_path->c_str());
+      fmt::print(stderr, "gradops bench: could not write {}\n", json_path);
       return kExitFailures;
     }
-    std::printf("wrote %s\n", json_path->c_str());
+    fmt::print("wrote {}\n", json_path);
   }
   return not_passed ? kExitFailures : kExitOk;
 }

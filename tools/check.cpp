@@ -1,24 +1,17 @@
 // gradops check: every operator and dtype signature against the float64 oracle, on fresh random
 // inputs over a few shapes per op (odd sizes, a misaligned base, non-default attributes).
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <fmt/core.h>
 
 #include "cli.hpp"
 
 namespace gradops::cli {
 namespace {
-
-constexpr OptionSpec kSpecs[] = {
-    {"--device", "DEVICE", "cpu (default) or cuda"},
-    {"--op", "NAMES", "only these operators (ORT names, comma-separated; repeatable)", true},
-    {"--dtype", "DTYPES", "only signatures whose T is one of these (f32,bf16), or exactly this\n"
-                          "signature of a multi-type op (f16,f32,f16); repeatable", true},
-    {"--seed", "N", "the run's seed (default: a fresh one, printed)"},
-    {"--threads", "N", "CPU threads per call (default: the OpenMP default)"},
-    {"--verbose", "", "a line per checked problem"},
-};
 
 struct Variant {
   std::vector<int64_t> shape;
@@ -69,35 +62,41 @@ struct Row {
 }  // namespace
 
 int check_main(std::span<char* const> args) {
-  Options o;
-  std::string error;
-  if (!parse_options(args, kSpecs, &o, &error)) return usage_error("check", error);
-  if (o.has("--help")) {
-    print_help(stdout, "gradops check [options]",
-               "Checks every operator and dtype signature against the float64 oracle on fresh random\n"
-               "inputs: a few shapes per op (odd sizes, a base pointer misaligned by one element,\n"
-               "non-default axis and other attributes), outputs poisoned with NaN before the call, every\n"
-               "element compared within the op's tolerance. Prints a table with the worst error and its\n"
-               "tolerance per (op, dtype signature). Exit status 1 if anything did not pass, including\n"
-               "operators this build cannot run (UNIMPLEMENTED) or the oracle cannot check (NO-ORACLE).",
-               kSpecs);
-    return kExitOk;
-  }
-  Selection sel;
-  if (!sel.parse(o, &error)) return usage_error("check", error);
-  Device device = Device::cpu();
-  if (const std::string* d = o.last("--device"); d && !parse_device(*d, &device, &error))
-    return usage_error("check", error);
+  CLI::App app{
+      "Checks every operator and dtype signature against the float64 oracle on fresh random\n"
+      "inputs: a few shapes per op (odd sizes, a base pointer misaligned by one element,\n"
+      "non-default axis and other attributes), outputs poisoned with NaN before the call, every\n"
+      "element compared within the op's tolerance. Prints a table with the worst error and its\n"
+      "tolerance per (op, dtype signature). Exit status 1 if anything did not pass, including\n"
+      "operators this build cannot run (UNIMPLEMENTED) or the oracle cannot check (NO-ORACLE)."};
+  std::string device_name = "cpu";
+  std::vector<std::string> op_values, dtype_values;
   uint64_t seed = fresh_seed();
-  if (const std::string* s = o.last("--seed"); s && !parse_uint(*s, &seed))
-    return usage_error("check", "--seed takes a non-negative integer, got '" + *s + "'");
-  int64_t threads = 0;
-  if (const std::string* t = o.last("--threads"); t && (!parse_int(*t, &threads) || threads < 0 || threads > 4096))
-    return usage_error("check", "--threads takes a count from 0 (the default) to 4096, got '" + *t + "'");
-  const bool verbose = o.has("--verbose");
+  int threads = 0;
+  bool verbose = false;
+  app.add_option("--device", device_name, "cpu (default) or cuda")->type_name("DEVICE");
+  add_selection_options(app, &op_values, &dtype_values,
+                        "only signatures whose T is one of these (f32,bf16), or exactly this\n"
+                        "signature of a multi-type op (f16,f32,f16); repeatable");
+  app.add_option("--seed", seed, "the run's seed (default: a fresh one, printed)")->type_name("N");
+  app.add_option("--threads", threads, "CPU threads per call (default 0: the OpenMP default)")
+      ->type_name("N")
+      ->check(CLI::Range(0, 4096));
+  app.add_flag("--verbose", verbose, "a line per checked problem");
+  if (const int rc = parse_args(app, "check", args); rc >= 0) return rc;
 
-  std::printf("gradops check: %s, seed %llu (rerun with --seed %llu to reproduce)\n", device_type_name(device.type),
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  std::string error;
+  Selection sel;
+  if (!sel.parse(op_values, dtype_values, &error)) return usage_error("check", error);
+  Device device = Device::cpu();
+  if (!parse_device(device_name, &device, &error)) return usage_error("check", error);
+  if (!device_usable(device, &error)) {
+    fmt::print(stderr, "gradops check: {}\n", error);
+    return kExitFailures;
+  }
+
+  fmt::print("gradops check: {}, seed {} (rerun with --seed {} to reproduce)\n", device_type_name(device.type), seed,
+             seed);
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
 
@@ -132,53 +131,66 @@ int check_main(std::span<char* const> args) {
             row.tolerance = c.report.tolerance;
           }
         if (verbose)
-          std::fprintf(stderr, "  %-13s %s%s%s\n", outcome_name(c.outcome), check::describe(p).c_str(),
-                       c.outcome == Outcome::pass ? "" : ": ", c.outcome == Outcome::pass ? "" : c.detail.c_str());
+          fmt::print(stderr, "  {:<13} {}{}{}\n", outcome_name(c.outcome), check::describe(p),
+                     c.outcome == Outcome::pass ? "" : ": ", c.outcome == Outcome::pass ? "" : c.detail);
       }
       rows.push_back(std::move(row));
     }
   }
   if (rows.empty()) return usage_error("check", "no operator and dtype signature matches the filters");
 
-  std::printf("\n%-34s %-14s %6s  %-13s %10s %10s\n", "op", "dtype", "cases", "status", "max_error", "tolerance");
+  // Columns as wide as their content.
+  struct Line {
+    std::string op, dtype, cases, status, err = "-", tol = "-";
+  };
+  std::vector<Line> lines;
   int counts[5] = {};
   for (const Row& r : rows) {
     ++counts[outcome_rank(r.outcome)];
-    char cases[16], err[16] = "-", tol[16] = "-";
-    std::snprintf(cases, sizeof cases, "%d/%d", r.passed, r.cases);
-    if (r.worst_ratio >= 0) {
-      std::snprintf(err, sizeof err, "%.3g", r.max_error);
-      std::snprintf(tol, sizeof tol, "%.3g", r.tolerance);
-    }
-    std::printf("%-34s %-14s %6s  %-13s %10s %10s\n", std::string(r.op->name).c_str(),
-                signature_string(*r.op, r.sig).c_str(), cases, outcome_name(r.outcome), err, tol);
+    Line l{std::string(r.op->name), signature_string(*r.op, r.sig), fmt::format("{}/{}", r.passed, r.cases),
+           outcome_name(r.outcome)};
+    if (r.worst_ratio >= 0) l.err = fmt::format("{:.3g}", r.max_error), l.tol = fmt::format("{:.3g}", r.tolerance);
+    lines.push_back(std::move(l));
   }
+  Line header{"op", "dtype", "cases", "status", "max_error", "tolerance"};
+  std::size_t w[6] = {};
+  auto widen = [&](const Line& l) {
+    const std::string* f[6] = {&l.op, &l.dtype, &l.cases, &l.status, &l.err, &l.tol};
+    for (int i = 0; i < 6; ++i) w[i] = std::max(w[i], f[i]->size());
+  };
+  widen(header);
+  for (const Line& l : lines) widen(l);
+  auto print_line = [&](const Line& l) {
+    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:<{}}  {:>{}}  {:>{}}\n", l.op, w[0], l.dtype, w[1], l.cases, w[2], l.status,
+               w[3], l.err, w[4], l.tol, w[5]);
+  };
+  fmt::print("\n");
+  print_line(header);
+  for (const Line& l : lines) print_line(l);
 
   // Why each failure failed, and how to see it again; for ops that cannot run, one line per op.
-  bool header = false;
+  bool explained = false;
   const OpSchema* last_op = nullptr;
   for (const Row& r : rows) {
     if (r.outcome == Outcome::pass) continue;
     const bool failed = r.outcome == Outcome::fail || r.outcome == Outcome::error;
     if (!failed && r.op == last_op) continue;
-    if (!header) std::printf("\n");
-    header = true;
+    if (!explained) fmt::print("\n");
+    explained = true;
     last_op = r.op;
-    std::printf("%s %s %s: %s\n", outcome_name(r.outcome), std::string(r.op->name).c_str(),
-                failed ? signature_string(*r.op, r.sig).c_str() : "(every dtype)", r.detail.c_str());
+    fmt::print("{} {} {}: {}\n", outcome_name(r.outcome), r.op->name,
+               failed ? signature_string(*r.op, r.sig) : "(every dtype)", r.detail);
     if (failed)
-      std::printf("  reproduce: gradops check --op %s --dtype %s --seed %llu%s\n", std::string(r.op->name).c_str(),
-                  signature_string(*r.op, r.sig).c_str(), static_cast<unsigned long long>(seed),
-                  device.type == DeviceType::cpu ? "" : " --device cuda");
+      fmt::print("  reproduce: gradops check --op {} --dtype {} --seed {}{}\n", r.op->name,
+                 signature_string(*r.op, r.sig), seed, device.type == DeviceType::cpu ? "" : " --device cuda");
   }
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int passed = counts[outcome_rank(Outcome::pass)];
-  std::printf("\n%zu (op, dtype) pairs: %d passed, %d failed, %d errors, %d unimplemented, %d without an oracle "
-              "(%.1f s, seed %llu)\n",
-              rows.size(), passed, counts[outcome_rank(Outcome::fail)], counts[outcome_rank(Outcome::error)],
-              counts[outcome_rank(Outcome::unimplemented)], counts[outcome_rank(Outcome::no_oracle)], seconds,
-              static_cast<unsigned long long>(seed));
+  fmt::print("\n{} (op, dtype) pairs: {} passed, {} failed, {} errors, {} unimplemented, {} without an oracle "
+             "({:.1f} s, seed {})\n",
+             rows.size(), passed, counts[outcome_rank(Outcome::fail)], counts[outcome_rank(Outcome::error)],
+             counts[outcome_rank(Outcome::unimplemented)], counts[outcome_rank(Outcome::no_oracle)], seconds, seed);
   return passed == static_cast<int>(rows.size()) ? kExitOk : kExitFailures;
 }
 

@@ -7,89 +7,40 @@
 #include <exception>
 #include <random>
 
+#include <fmt/core.h>
+
 #include "gradops/ops.hpp"
 
 namespace gradops::cli {
 
 // ---- options ----------------------------------------------------------------------------------
 
-const std::string* Options::last(std::string_view name) const {
-  const auto it = values.find(name);
-  return it == values.end() || it->second.empty() ? nullptr : &it->second.back();
-}
-
-std::vector<std::string> Options::all(std::string_view name) const {
-  const auto it = values.find(name);
-  return it == values.end() ? std::vector<std::string>{} : it->second;
-}
-
-bool parse_options(std::span<char* const> args, std::span<const OptionSpec> specs, Options* out, std::string* error) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      out->values["--help"].push_back("");
-      continue;
-    }
-    std::string_view name = a, value;
-    bool inline_value = false;
-    if (const auto eq = a.find('='); a.starts_with("--") && eq != std::string_view::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      inline_value = true;
-    }
-    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
-    if (spec == specs.end()) {
-      *error = a.starts_with("-") ? "unknown option '" + std::string(name) + "'"
-                                  : "unexpected argument '" + std::string(a) + "'";
-      return false;
-    }
-    if (spec->value.empty()) {
-      if (inline_value) {
-        *error = "option " + std::string(name) + " takes no value";
-        return false;
-      }
-    } else if (!inline_value) {
-      if (i + 1 >= args.size()) {
-        *error = "option " + std::string(name) + " needs a value (" + std::string(spec->value) + ")";
-        return false;
-      }
-      value = args[++i];
-    }
-    auto& v = out->values[std::string(name)];
-    if (!v.empty() && !spec->repeatable) {
-      *error = "option " + std::string(name) + " is given twice";
-      return false;
-    }
-    v.emplace_back(value);
+int parse_args(CLI::App& app, std::string_view command, std::span<char* const> args) {
+  app.name("gradops " + std::string(command));
+  std::vector<std::string> words(args.begin(), args.end());
+  std::reverse(words.begin(), words.end());  // CLI11 takes them last first
+  try {
+    app.parse(std::move(words));
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}", app.help());
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(command, e.what());
   }
-  return true;
-}
-
-void print_help(std::FILE* f, std::string_view synopsis, std::string_view description,
-                std::span<const OptionSpec> specs) {
-  std::fprintf(f, "usage: %.*s\n\n%.*s\n\noptions:\n", static_cast<int>(synopsis.size()), synopsis.data(),
-               static_cast<int>(description.size()), description.data());
-  for (const OptionSpec& s : specs) {
-    std::string left = "  ";
-    left.append(s.name);
-    if (!s.value.empty()) left.append(" ").append(s.value);
-    if (left.size() < 24) left.resize(24, ' ');
-    else left.append("\n").append(24, ' ');
-    // Continuation lines of the help text line up under its first line.
-    std::string help;
-    for (char c : s.help) {
-      help += c;
-      if (c == '\n') help.append(24, ' ');
-    }
-    std::fprintf(f, "%s%s\n", left.c_str(), help.c_str());
-  }
-  std::fprintf(f, "  -h, --help            this text\n");
+  return -1;
 }
 
 int usage_error(std::string_view command, const std::string& message) {
-  std::fprintf(stderr, "gradops %.*s: %s\n(gradops %.*s --help lists the options)\n", static_cast<int>(command.size()),
-               command.data(), message.c_str(), static_cast<int>(command.size()), command.data());
+  fmt::print(stderr, "gradops {}: {}\n(gradops {} --help lists the options)\n", command, message, command);
   return kExitUsage;
+}
+
+void add_selection_options(CLI::App& app, std::vector<std::string>* ops, std::vector<std::string>* dtypes,
+                           std::string_view dtype_help) {
+  app.add_option("--op", *ops, "only these operators (ORT names, comma-separated; repeatable)")
+      ->type_name("NAMES")
+      ->allow_extra_args(false);
+  app.add_option("--dtype", *dtypes, std::string(dtype_help))->type_name("DTYPES")->allow_extra_args(false);
 }
 
 bool parse_int(std::string_view s, int64_t* out) {
@@ -162,8 +113,9 @@ bool parse_device(std::string_view s, Device* out, std::string* error) {
 
 // ---- selection ----------------------------------------------------------------------------------
 
-bool Selection::parse(const Options& o, std::string* error) {
-  for (const std::string& v : o.all("--op"))
+bool Selection::parse(const std::vector<std::string>& op_values, const std::vector<std::string>& dtype_values,
+                      std::string* error) {
+  for (const std::string& v : op_values)
     for (const std::string& name : split(v, ',')) {
       if (!find_op(name)) {
         *error = "unknown operator '" + name + "' (gradops list shows them all)";
@@ -171,7 +123,7 @@ bool Selection::parse(const Options& o, std::string* error) {
       }
       ops.push_back(name);
     }
-  for (const std::string& v : o.all("--dtype")) {
+  for (const std::string& v : dtype_values) {
     for (const std::string& d : split(v, ',')) {
       DType t;
       if (!parse_dtype(d, &t)) {
@@ -337,6 +289,42 @@ Checked check_problem(const check::Problem& p, bool keep_case) {
   c.detail = c.report.detail;
   if (keep_case && c.outcome == Outcome::pass) c.prepared = std::move(cs);
   return c;
+}
+
+bool validate_problem(const check::Problem& p, std::string* message, std::string* impl) {
+  check::Problem small = p;
+  if (!small.shape.empty() && small.shape[0] > 2) small.shape[0] = 2;
+  auto refused = [&](const Status& s) {
+    if (s.code() != StatusCode::invalid_argument) return false;
+    *message = s.to_string();
+    return true;
+  };
+  try {
+    const check::Case c(small);
+    return !refused(c.implementation(impl));
+  } catch (const std::exception& e) {
+    if (!std::string_view(e.what()).starts_with("oracle:")) return true;  // the check reports it
+  }
+  // The oracle cannot make inputs with these attributes (an axis beyond the rank, say): ask gradops
+  // about them over inputs made with the defaults.
+  check::Problem plain = small;
+  plain.attrs.clear();
+  try {
+    const check::Case c(plain);
+    return !refused(c.implementation(check::full_attrs(small), impl));
+  } catch (const std::exception&) {
+    return true;  // no oracle for the op at all: the check says NO-ORACLE
+  }
+}
+
+bool device_usable(Device device, std::string* reason) {
+  if (device.type == DeviceType::cpu) return true;
+  const check::DeviceMemory* dev = check::device_memory(device.type);
+  if (!dev) {
+    *reason = std::string("this gradops has no ") + device_type_name(device.type) + " backend";
+    return false;
+  }
+  return dev->usable(device.index, reason);
 }
 
 }  // namespace gradops::cli

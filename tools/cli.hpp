@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "gradops/schema.hpp"
 #include "harness/checker.hpp"
 
@@ -27,28 +29,16 @@ int bench_main(std::span<char* const> args);
 
 // ---- options ----------------------------------------------------------------------------------
 
-struct OptionSpec {
-  std::string_view name;   // "--op"
-  std::string_view value;  // "NAMES"; empty for a flag
-  std::string_view help;
-  bool repeatable = false;
-};
-
-// Values by option name; a flag maps to {""}.
-struct Options {
-  std::map<std::string, std::vector<std::string>, std::less<>> values;
-  bool has(std::string_view name) const { return values.find(name) != values.end(); }
-  const std::string* last(std::string_view name) const;
-  std::vector<std::string> all(std::string_view name) const;
-};
-
-// Accepts "--name value" and "--name=value"; "--help" and "-h" are always known. Returns false
-// with a message for anything else.
-bool parse_options(std::span<char* const> args, std::span<const OptionSpec> specs, Options* out, std::string* error);
-void print_help(std::FILE* f, std::string_view synopsis, std::string_view description,
-                std::span<const OptionSpec> specs);
+// Parses args (the words after the subcommand) with a CLI11 app. Returns -1 to go on, or the exit
+// status: kExitOk after --help (printed on stdout), kExitUsage after a usage error (one line and
+// a hint on stderr).
+int parse_args(CLI::App& app, std::string_view command, std::span<char* const> args);
 // "gradops <command>: <message>" and a hint, on stderr; returns kExitUsage.
 int usage_error(std::string_view command, const std::string& message);
+// Options that every subcommand with an op selection has: --op and --dtype (comma-separated values,
+// each option repeatable).
+void add_selection_options(CLI::App& app, std::vector<std::string>* ops, std::vector<std::string>* dtypes,
+                           std::string_view dtype_help);
 
 bool parse_int(std::string_view s, int64_t* out);
 bool parse_uint(std::string_view s, uint64_t* out);
@@ -69,8 +59,9 @@ struct Selection {
   std::vector<std::string> ops;     // empty: every op
   std::vector<std::string> dtypes;  // raw --dtype values; empty: every signature
 
-  // Fills from options; false with a message naming an unknown op or dtype.
-  bool parse(const Options& o, std::string* error);
+  // Fills from the raw --op and --dtype values; false with a message naming an unknown op or dtype.
+  bool parse(const std::vector<std::string>& op_values, const std::vector<std::string>& dtype_values,
+             std::string* error);
   bool op_selected(const OpSchema& op) const;
   bool signature_selected(const OpSchema& op, const TypeSignature& sig) const;
 };
@@ -111,5 +102,14 @@ struct Checked {
 
 // Makes the case (oracle inputs, reference), poisons the outputs, runs gradops, compares.
 Checked check_problem(const check::Problem& p, bool keep_case);
+
+// Validates a problem with gradops itself (the op layer's rules for attributes and shapes) on a
+// copy with at most two rows, without timing or touching large buffers: false with the library's
+// message when gradops refuses the call as invalid. Writes the implementation that would run it.
+bool validate_problem(const check::Problem& p, std::string* message, std::string* impl);
+
+// Whether `device` can run anything: for CUDA, a driver and a device with that ordinal. false with
+// a one-line reason ("no usable CUDA driver: ...").
+bool device_usable(Device device, std::string* reason);
 
 }  // namespace gradops::cli

@@ -8,10 +8,6 @@
 namespace gradops::cli {
 namespace {
 
-constexpr OptionSpec kSpecs[] = {
-    {"--op", "NAMES", "only these operators (ORT names, comma-separated; repeatable)", true},
-};
-
 std::string arg_list(const OpSchema& op, std::span<const ArgSchema> args) {
   std::string s;
   for (const ArgSchema& a : args) {
@@ -93,21 +89,19 @@ void print_op(const OpSchema& op) {
 }  // namespace
 
 int list_main(std::span<char* const> args) {
-  Options o;
+  CLI::App app{
+      "Every operator with its ONNX Runtime signature: domain, inputs and outputs with their\n"
+      "type variables (optional ones and gradops extensions marked), attributes with types and\n"
+      "defaults (required ones marked), the dtype signatures, in-place pairs; and the devices\n"
+      "this build runs them on."};
+  std::vector<std::string> op_values;
+  app.add_option("--op", op_values, "only these operators (ORT names, comma-separated; repeatable)")
+      ->type_name("NAMES")
+      ->allow_extra_args(false);
+  if (const int rc = parse_args(app, "list", args); rc >= 0) return rc;
   std::string error;
-  if (!parse_options(args, kSpecs, &o, &error)) return usage_error("list", error);
-  if (o.has("--help")) {
-    print_help(stdout, "gradops list [--op NAMES]",
-               "Every operator with its ONNX Runtime signature: domain, inputs and outputs with their\n"
-               "type variables (optional ones and gradops extensions marked), attributes with types and\n"
-               "defaults (required ones marked), the dtype signatures, in-place pairs; and, per device\n"
-               "type, the signatures this build has kernels for and the implementations that\n"
-               "dispatch tries for them, in order.",
-               kSpecs);
-    return kExitOk;
-  }
   Selection sel;
-  if (!sel.parse(o, &error)) return usage_error("list", error);
+  if (!sel.parse(op_values, {}, &error)) return usage_error("list", error);
 
   int gradients = 0, forwards = 0;
   for (const OpSchema& op : op_schemas()) (op.gradient ? gradients : forwards)++;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 namespace gradops::check {
 namespace {
@@ -142,6 +143,79 @@ Case::Case(const Problem& p) : impl_(std::make_unique<Impl>()) {
   for (const auto& [k, v] : m.attrs) m.attr_list.push_back({k, v});
 }
 
+namespace {
+// The shape of each tensor of `p` as the oracle makes them (inputs, then outputs), for a main shape
+// with `rows` rows.
+std::vector<std::vector<int64_t>> tensor_shapes(const Problem& p, int64_t rows) {
+  Problem q = p;
+  q.shape[0] = rows;
+  const OpSchema& op = op_schema(p.op);
+  const oracle::Attrs attrs = full_attrs(q);
+  std::vector<DType> in_types;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) in_types.push_back(input_dtype(q, static_cast<int>(i)));
+  oracle::Rng rng(1);
+  const oracle::Tensors inputs = oracle::make_inputs(op.name, q.shape, attrs, in_types, rng);
+  const oracle::Tensors outputs = oracle::reference(op.name, inputs, attrs);
+  std::vector<std::vector<int64_t>> shapes;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    shapes.push_back(i < inputs.size() && inputs[i] ? inputs[i]->shape : std::vector<int64_t>{});
+  for (std::size_t o = 0; o < op.outputs.size(); ++o)
+    shapes.push_back(o < outputs.size() && outputs[o] ? outputs[o]->shape : std::vector<int64_t>{});
+  return shapes;
+}
+}  // namespace
+
+std::unique_ptr<Case> Case::tiled(const Problem& p, const Case& checked) {
+  const Impl& c = *checked.impl_;
+  if (p.shape.empty() || c.p.shape.empty() || c.p.op != p.op || c.p.device != p.device)
+    throw std::invalid_argument("Case::tiled: not the same op on the same device with rows");
+  // Which dimension of each tensor follows the rows: the one that differs between 1 and 2 rows.
+  const auto one = tensor_shapes(p, 1), two = tensor_shapes(p, 2);
+  std::unique_ptr<Case> t(new Case());
+  Impl& m = *t->impl_;
+  m.p = p;
+  m.p.misaligned = false;
+  m.op = c.op;
+  m.attrs = c.attrs;
+  for (const auto& [k, v] : m.attrs) m.attr_list.push_back({k, v});  // names point into m.attrs
+  const OpSchema& op = *m.op;
+  const DeviceMemory* dev = p.device.type == DeviceType::cpu ? nullptr : device_memory(p.device.type);
+  auto shape_at = [&](std::size_t k) {
+    std::vector<int64_t> s = one[k];
+    for (std::size_t d = 0; d < s.size(); ++d)
+      if (two[k][d] != one[k][d]) s[d] = one[k][d] * p.shape[0];
+    return s;
+  };
+  const std::size_t ni = op.inputs.size(), no = op.outputs.size();
+  m.in_buf.resize(ni);
+  m.out_buf.resize(no);
+  m.in_view.resize(ni);
+  m.out_view.resize(no);
+  m.in_ptr.assign(ni, nullptr);
+  m.out_ptr.assign(no, nullptr);
+  for (std::size_t i = 0; i < ni; ++i) {
+    if (!c.in_buf[i]) continue;
+    const Buffer& from = *c.in_buf[i];
+    auto& b = m.in_buf[i] = std::make_unique<Buffer>(from.dtype, shape_at(i), false, dev);
+    const std::size_t n = b->nbytes(), period = from.nbytes();
+    const std::byte* src = from.bytes.data() + from.offset;
+    for (std::size_t at = 0; period && at < n; at += period) std::memcpy(b->host() + at, src, std::min(period, n - at));
+    b->upload();
+    m.in_view[i] = b->view(p.device);
+    m.in_ptr[i] = &m.in_view[i];
+  }
+  for (std::size_t o = 0; o < no; ++o) {
+    if (!c.out_buf[o]) continue;
+    auto& b = m.out_buf[o] = std::make_unique<Buffer>(c.out_buf[o]->dtype, shape_at(ni + o), false, dev);
+    m.out_view[o] = b->view(p.device);
+    m.out_ptr[o] = &m.out_view[o];
+  }
+  if (p.inplace) m.out_view[0].data = m.in_view[0].data;
+  return t;
+}
+
+Case::Case() : impl_(std::make_unique<Impl>()) {}
+
 Case::~Case() = default;
 
 const Problem& Case::problem() const { return impl_->p; }
@@ -169,6 +243,16 @@ Status Case::implementation(std::string* name) const {
   return gradops::implementation_name(m.op->name, m.in_ptr, m.out_ptr, m.attr_list, ctx, name);
 }
 
+Status Case::implementation(const oracle::Attrs& attrs, std::string* name) const {
+  const Impl& m = *impl_;
+  Context ctx;
+  ctx.num_threads = m.p.threads;
+  ctx.cuda_stream = m.p.cuda_stream;
+  std::vector<Attribute> list;
+  for (const auto& [k, v] : attrs) list.push_back({k, v});
+  return gradops::implementation_name(m.op->name, m.in_ptr, m.out_ptr, list, ctx, name);
+}
+
 int64_t Case::bytes() const {
   int64_t b = 0;
   for (const auto& x : impl_->in_buf)
@@ -184,6 +268,10 @@ Report Case::compare() const {
   const DeviceMemory* dev = m.p.device.type == DeviceType::cpu ? nullptr : device_memory(m.p.device.type);
   if (dev) dev->synchronize();
   Report r;
+  if (m.expected.empty()) {
+    r.detail = describe(m.p) + ": a case made for timing only has no reference to compare with";
+    return r;
+  }
   r.pass = true;
   for (std::size_t o = 0; o < op.outputs.size(); ++o) {
     if (!m.out_ptr[o]) {

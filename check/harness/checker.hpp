@@ -60,6 +60,9 @@ struct DeviceMemory {
   void (*to_device)(void* dst, const void* src, std::size_t bytes);
   void (*to_host)(void* dst, const void* src, std::size_t bytes);
   void (*synchronize)();
+  // Whether device `ordinal` can be used at all (a driver, the device); false with a one-line reason.
+  // The other functions throw std::runtime_error on failure, naming the call and CUDA's error.
+  bool (*usable)(int ordinal, std::string* reason);
 };
 const DeviceMemory* device_memory(DeviceType t);
 
@@ -85,11 +88,19 @@ class Case {
   Report compare() const;  // outputs of the last run against the reference
   // The implementation `run` would use (gradops::implementation_name on the prepared buffers).
   Status implementation(std::string* name) const;
+  // The same on the prepared buffers with other attributes (unlisted ones take the defaults): how
+  // gradops judges attributes the oracle cannot make inputs for.
+  Status implementation(const oracle::Attrs& attrs, std::string* name) const;
+  // A case for timing only: the inputs of `checked` (the same op, dtypes and attributes with fewer
+  // rows, dim 0) repeated along the rows up to p.shape[0]; outputs allocated, no reference, so no
+  // compare(). What the benchmark times when checking the full size would cost minutes of oracle.
+  static std::unique_ptr<Case> tiled(const Problem& p, const Case& checked);
   // The bytes model: each input read once, each output written once.
   int64_t bytes() const;
   const Problem& problem() const;
 
  private:
+  Case();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

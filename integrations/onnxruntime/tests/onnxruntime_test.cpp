@@ -363,6 +363,12 @@ struct Signature {
   OpId op;
   TypeSignature sig;
 };
+// gtest prints parameters in failure messages; by default as a byte dump.
+void PrintTo(const Signature& s, std::ostream* os) {
+  const OpSchema& op = op_schema(s.op);
+  *os << op.name;
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) *os << (v ? "," : " ") << dtype_name(s.sig.types[v]);
+}
 
 std::vector<Signature> all_signatures(bool with_optional_outputs_only = false) {
   std::vector<Signature> r;
@@ -458,6 +464,7 @@ std::optional<double> other_value(const OpSchema& op, const AttrSchema& a) {
 struct Named {
   OpId op;
 };
+void PrintTo(const Named& n, std::ostream* os) { *os << op_schema(n.op).name; }
 
 std::vector<Named> ops_with_attributes() {
   std::vector<Named> r;
@@ -533,6 +540,7 @@ struct BadCall {
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<NodeAttr> attrs;
 };
+void PrintTo(const BadCall& b, std::ostream* os) { *os << b.name; }
 
 std::vector<BadCall> bad_calls() {
   const auto f = AttrType::float32, i = AttrType::int64;

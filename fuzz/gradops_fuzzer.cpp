@@ -258,6 +258,10 @@ int run_one(const uint8_t* data, std::size_t size) {
     }
     return c;
   };
+  // The ABI's contract: strides, when given, has `rank` entries (a rank mutation after a strides
+  // one would otherwise hand the library a short array, which it cannot detect).
+  for (Tensor& t : in) t.strides.resize(t.use_strides ? t.shape.size() : 0);
+  for (Tensor& t : out) t.strides.resize(t.use_strides ? t.shape.size() : 0);
   std::vector<gradops_tensor> cin(in.size()), cout(out.size());
   std::vector<const gradops_tensor*> pin(std::max<std::size_t>(num_in, 1), nullptr),
       pout(std::max<std::size_t>(num_out, 1), nullptr);

@@ -209,6 +209,22 @@ TEST(AttributeRanges, EveryFloatAttributeRejectsNonFinite) {
     }
 }
 
+// The table's data: every attribute's default lies in its documented range, and every range
+// excludes NaN and the infinities.
+TEST(AttributeRanges, DefaultsLieInTheirRanges) {
+  for (const OpSchema& op : op_schemas())
+    for (const AttrSchema& a : op.attributes) {
+      SCOPED_TRACE(std::string(op.name) + "." + std::string(a.name));
+      if (!a.required) {
+        EXPECT_TRUE(a.in_range(a.default_value));
+      }
+      EXPECT_FALSE(a.in_range(std::nan("")));
+      EXPECT_FALSE(a.in_range(kInf));
+      EXPECT_FALSE(a.in_range(-kInf));
+      EXPECT_LE(a.min, a.max);
+    }
+}
+
 // ---- device indices -------------------------------------------------------------------------
 
 TEST(DeviceIndex, CpuTensorsMustBeOnIndexZero) {

@@ -258,6 +258,10 @@ int run_one(const uint8_t* data, std::size_t size) {
     }
     return c;
   };
+  // The ABI's contract: strides, when given, has `rank` entries (a rank mutation after a strides
+  // one would otherwise hand the library a short array, which it cannot detect).
+  for (Tensor& t : in) t.strides.resize(t.use_strides ? t.shape.size() : 0);
+  for (Tensor& t : out) t.strides.resize(t.use_strides ? t.shape.size() : 0);
   std::vector<gradops_tensor> cin(in.size()), cout(out.size());
   std::vector<const gradops_tensor*> pin(std::max<std::size_t>(num_in, 1), nullptr),
       pout(std::max<std::size_t>(num_out, 1), nullptr);
@@ -284,20 +288,33 @@ int run_one(const uint8_t* data, std::size_t size) {
     return 0;
   }
   if (!msg.empty()) fail(op_name + ": ok with a message: " + msg);
-  // ok: guards intact everywhere; inputs intact unless an output was allowed onto them.
+  // ok: only the outputs' bytes may have changed. An output placed on an input's storage (an
+  // allowed in-place pair, or a shifted placement the library found not to overlap) may change
+  // exactly its own bytes there; every other byte (guards, inputs) must be as it was.
   bool any_alias = false;
-  for (const Tensor& t : out) any_alias = any_alias || (t.present && t.alias_of_input >= 0);
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> writable(store.size());
+  for (const Tensor& t : out) {
+    if (!t.present) continue;
+    const int64_t n = numel_or_minus1(t.shape);
+    const std::size_t bytes = n > 0 ? static_cast<std::size_t>(n) * dtype_size(static_cast<DType>(t.dtype)) : 0;
+    if (t.alias_of_input >= 0 && in[static_cast<std::size_t>(t.alias_of_input)].present) {
+      any_alias = true;
+      const Storage& st = store[in[static_cast<std::size_t>(t.alias_of_input)].storage];
+      const std::size_t lo = static_cast<std::size_t>(static_cast<int64_t>(st.data_at) + t.alias_shift);
+      writable[in[static_cast<std::size_t>(t.alias_of_input)].storage].push_back({lo, lo + bytes});
+    } else {
+      writable[t.storage].push_back({store[t.storage].data_at, store[t.storage].data_at + bytes});
+    }
+  }
   for (std::size_t b = 0; b < store.size(); ++b) {
     const Storage& st = store[b];
     for (std::size_t i = 0; i < st.bytes.size(); ++i) {
-      const bool in_data = i >= st.data_at && i < st.data_at + st.data_len;
-      if (in_data) continue;
-      if (st.bytes[i] != st.snapshot[i]) fail(op_name + ": a guard byte of buffer " + std::to_string(b) + " changed");
+      if (st.bytes[i] == st.snapshot[i]) continue;
+      bool allowed = false;
+      for (const auto& [lo, hi] : writable[b]) allowed = allowed || (i >= lo && i < hi);
+      if (!allowed) fail(op_name + ": ok, but byte " + std::to_string(i) + " of buffer " + std::to_string(b) + " changed");
     }
   }
-  if (!any_alias)
-    for (const Tensor& t : in)
-      if (t.present && store[t.storage].bytes != store[t.storage].snapshot) fail(op_name + ": an input changed");
   if (!keeps_valid || any_alias) return 0;
 
   // The oracle's valid call (perhaps with dense strides spelled out, misaligned, fewer optional

@@ -35,6 +35,7 @@ double gelu(double x) {
   return static_cast<double>(lx * 0.5L * std::erfc(-lx / std::sqrt(2.0L)));
 }
 double gelu_grad(double x) {
+  if (std::isinf(x)) return x > 0 ? 1.0 : 0.0;  // the limits; x·φ(x) would be inf·0
   const long double lx = x;
   const long double cdf = 0.5L * std::erfc(-lx / std::sqrt(2.0L));
   const long double pdf = std::exp(-0.5L * lx * lx) / std::sqrt(2.0L * kPi);
@@ -124,7 +125,7 @@ bool activation_reference(std::string_view op, const Tensors& in, const Attrs& a
     else if (op == "FastGelu") y = fast_gelu(z(i));
     else if (op == "BiasGelu") y = gelu(z(i));
     else if (op == "QuickGelu") y = quick_gelu(v, alpha);
-    else if (op == "Relu") y = v > 0 ? v : 0.0;
+    else if (op == "Relu") y = std::isnan(v) ? v : v > 0 ? v : 0.0;  // Relu propagates NaN (docs/ops)
     else if (op == "Sigmoid") y = sigmoid(v);
     else if (op == "Tanh") y = std::tanh(v);
     else if (op == "LeakyRelu") y = v > 0 ? v : alpha * v;

@@ -4,7 +4,7 @@
 # error. Logs go to OUT_DIR (default out/cuda_sanitize), one per tool and binary, with a summary.
 #
 #   scripts/cuda_sanitize.sh                 # test binaries from BUILD_DIR (default build/default)
-#   scripts/cuda_sanitize.sh --prebuilt DIR  # DIR holds cuda_test and cuda_robustness_test (and
+#   scripts/cuda_sanitize.sh --prebuilt DIR  # DIR holds the test executables below (and
 #                                            # libgradops.so if they link it), built for this GPU
 #
 # Environment: COMPUTE_SANITIZER (default: compute-sanitizer on PATH, else under /usr/local/cuda),
@@ -34,15 +34,18 @@ cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/b
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$out/gpu.txt"
 "$cs" --version | tail -n1 | tee "$out/compute-sanitizer-version.txt"
 
+# Every executable that holds CUDA tests (the families' hold their CPU tests too: only the CUDA
+# suites, Cuda.* and LayerNormCuda.*, run under the tools).
 binaries=()
-for b in cuda_test cuda_robustness_test; do
+for b in activation_test softmax_test layer_norm_test cuda_stream_test cuda_rows_test cuda_robustness_test; do
   [ -x "$bin_dir/$b" ] && binaries+=("$bin_dir/$b")
 done
 ((${#binaries[@]})) || { echo "cuda_sanitize.sh: no CUDA test binaries in $bin_dir" >&2; exit 1; }
 
 # racecheck and synccheck look at shared memory and barriers; the 2^31-element tests add nothing
 # there and take long under instrumentation.
-racecheck_filter=${RACECHECK_FILTER:-"-*2Pow31*:*MoreThan65535Rows*"}
+cuda_suites="Cuda.*:LayerNormCuda.*:CudaRobustness.*"
+racecheck_filter=${RACECHECK_FILTER:-"$cuda_suites-*2Pow31*:*MoreThan65535Rows*"}
 status=0
 summary="$out/summary.txt"
 : >"$summary"
@@ -53,7 +56,7 @@ for tool in memcheck racecheck initcheck synccheck; do
     racecheck) extra=(--racecheck-report all) ;;
     initcheck) extra=(--track-unused-memory no) ;;
   esac
-  filter=${GTEST_FILTER:-*}
+  filter=${GTEST_FILTER:-$cuda_suites}
   [ "$tool" = racecheck ] || [ "$tool" = synccheck ] && filter=${GTEST_FILTER:-$racecheck_filter}
   for b in "${binaries[@]}"; do
     name=$(basename "$b")

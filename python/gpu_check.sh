@@ -22,7 +22,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 
 step "install (offline, no build isolation)"
 venv="$out/venv"
+# Where python3 is itself a virtual environment (as on GPU images that ship PyTorch in one), a new
+# venv's --system-site-packages sees the base interpreter's packages, not that venv's: a .pth file
+# adds the parent's site-packages so torch, CuPy and JAX stay importable.
+parent_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 if "$py" -m venv --system-site-packages "$venv" >"$out/install.log" 2>&1 &&
+   echo "$parent_site" >"$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/parent_site.pth" &&
    GRADOPS_LIBRARY="$lib" "$venv/bin/python" -m pip install --no-index --no-build-isolation --no-deps ./python >>"$out/install.log" 2>&1; then
   vpy="$venv/bin/python"; echo "installed into $venv"; export GRADOPS_TEST_INSTALLED=1
 else

@@ -47,7 +47,8 @@ tail -n 40 "$out/pytest.log"; echo "pytest rc=$rc"; ((rc)) && status=1
 
 step "per-call overhead (tiny tensors)"
 for dev in cuda cpu; do
-  timeout 300 "$vpy" bench/python_overhead.py --device $dev --json "$out/overhead_$dev.json" 2>&1 | tee "$out/overhead_$dev.txt"
+  # The script imports the package from the source tree, which carries no library: name it.
+  GRADOPS_LIBRARY="$lib" timeout 300 "$vpy" bench/python_overhead.py --device $dev --json "$out/overhead_$dev.json" 2>&1 | tee "$out/overhead_$dev.txt"
 done
 
 step "example: torch.nn vs gradops layers, one run (bf16 autocast and f32)"

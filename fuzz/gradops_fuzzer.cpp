@@ -164,7 +164,7 @@ int run_one(const uint8_t* data, std::size_t size) {
         int64_t s = 1;
         for (std::size_t d = t.shape.size(); d-- > 0;) {
           t.strides[d] = s;
-          s *= t.shape[d] > 0 ? t.shape[d] : 1;
+          if (__builtin_mul_overflow(s, t.shape[d] > 0 ? t.shape[d] : 1, &s)) s = 0;  // the fuzzer's own arithmetic
         }
         break;
       }

@@ -65,6 +65,7 @@ inline bool close(double a, double b, const Tolerance& t) {
 inline void check_gpu_and_cpu(Problem p) {
   p.device = Device::cuda();
   const Report gpu = run_case(p);
+  ASSERT_TRUE(gpu.status.is_ok()) << describe(p) << ": " << gpu.status.to_string();
   ASSERT_TRUE(gpu.pass) << gpu.detail;
   Problem c = p;
   c.device = Device::cpu();

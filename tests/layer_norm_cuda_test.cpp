@@ -14,20 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/checker.hpp"
+#include "cuda_support.hpp"
 
 namespace gradops::check {
 namespace {
-
-bool gpu_visible() {
-  static const bool visible = [] {
-    int n = 0;
-    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return ok;
-  }();
-  return visible;
-}
 
 class LayerNormCuda : public ::testing::Test {
  protected:
@@ -43,12 +33,6 @@ std::vector<OpId> family_ops() {
   return ops;
 }
 
-bool close(double a, double b, const Tolerance& t) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  return std::fabs(a - b) <= 2 * (t.abs + t.rel * std::fabs(b));
-}
-
 Problem problem(OpId op, const TypeSignature& sig, std::vector<int64_t> shape, int64_t axis, uint64_t seed) {
   Problem p;
   p.op = op;
@@ -58,28 +42,6 @@ Problem problem(OpId op, const TypeSignature& sig, std::vector<int64_t> shape, i
   p.seed = seed;
   p.device = Device::cuda();
   return p;
-}
-
-// The same problem on the GPU and on the CPU: each against the oracle, then against each other.
-void check_gpu_and_cpu(Problem p) {
-  p.device = Device::cuda();
-  const Report gpu = run_case(p);
-  ASSERT_TRUE(gpu.status.is_ok()) << describe(p) << ": " << gpu.status.to_string();
-  ASSERT_TRUE(gpu.pass) << gpu.detail;
-  Problem c = p;
-  c.device = Device::cpu();
-  c.cuda_stream = nullptr;
-  const Report cpu = run_case(c);
-  ASSERT_TRUE(cpu.pass) << cpu.detail;
-  ASSERT_EQ(gpu.outputs.size(), cpu.outputs.size());
-  for (std::size_t o = 0; o < gpu.outputs.size(); ++o) {
-    ASSERT_EQ(gpu.outputs[o].size(), cpu.outputs[o].size());
-    const Tolerance tol = tolerance(p, static_cast<int>(o));
-    for (std::size_t e = 0; e < gpu.outputs[o].size(); ++e)
-      ASSERT_TRUE(close(gpu.outputs[o][e], cpu.outputs[o][e], tol))
-          << describe(p) << ": output " << o << "[" << e << "] is " << gpu.outputs[o][e] << " on the GPU and "
-          << cpu.outputs[o][e] << " on the CPU";
-  }
 }
 
 std::string impl_of(const Problem& p) {

@@ -20,7 +20,7 @@ COPY = {"method": str, "threads": int, "buffer_bytes": int, "median_us": OPT_NUM
 CASE = {"op": str, "dtype": str, "device": str, "shape": list, "suite_shape": list, "checked_shape": list, "attrs": dict, "outputs": list,
         "impl": str, "status": str, "detail": str, "max_error": OPT_NUM, "tolerance": OPT_NUM, "median_us": OPT_NUM,
         "min_us": OPT_NUM, "repeats": int, "bytes": int, "gbps": OPT_NUM, "copy_gbps": OPT_NUM,
-        "fraction_of_copy": OPT_NUM, "cache_resident": bool}
+        "fraction_of_copy": OPT_NUM, "cache_resident": bool, "target_share": OPT_NUM, "mark": (str, type(None))}
 STATUSES = {"pass", "fail", "error", "unimplemented", "no_oracle"}
 
 
@@ -57,6 +57,10 @@ def main():
             errors.append(f"cases[{i}].status {c.get('status')!r}")
         if c.get("status") == "pass" and not c.get("cache_resident") and c.get("fraction_of_copy") is None:
             errors.append(f"cases[{i}]: a passed case outside the cache has no fraction_of_copy")
+        if c.get("mark") not in ("pass", "miss", None):
+            errors.append(f"cases[{i}].mark {c.get('mark')!r}")
+        if (c.get("mark") is None) != (c.get("target_share") is None):
+            errors.append(f"cases[{i}]: a mark without a target share, or a target share without a mark")
         if c.get("cache_resident") and c.get("fraction_of_copy") is not None:
             errors.append(f"cases[{i}]: a cache-resident case has a fraction_of_copy")
     for e in errors:

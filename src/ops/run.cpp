@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "gradops/ops.hpp"
 #include "ops/dispatch.hpp"
@@ -163,8 +164,10 @@ Status check_aliasing(const OpCall& c) {
 Status check_types(OpCall& c) {
   const OpSchema& op = *c.op;
   constexpr int kUnset = -1;
-  std::array<int, 3> var{kUnset, kUnset, kUnset};
-  std::array<std::string_view, 3> first{};
+  constexpr std::size_t kVars = std::tuple_size_v<decltype(TypeSignature::types)>;
+  std::array<int, kVars> var;
+  var.fill(kUnset);
+  std::array<std::string_view, kVars> first{};
   auto visit = [&](const ArgSchema& a, const TensorView* t) -> Status {
     if (!t) return {};
     int& v = var[a.type_var];
@@ -339,6 +342,10 @@ TensorSpec output_spec(const OpCall& c, int o) {
   t.dtype = c.types[a.type_var];
   t.rank = std::min(src.rank, kMaxRank);
   for (int d = 0; d < t.rank; ++d) t.dims[d] = src.dims[d];
+  if (a.shape.kind == ShapeRule::channel_sums) {
+    t.rank = 1;
+    t.dims[0] = src.rank == 1 ? 2 * src.dims[0] + 1 : 1;  // another shape is rejected by the family
+  }
   if (a.shape.kind == ShapeRule::rows_of_input) {
     const double axis = c.attribute("axis", -1);
     const int64_t first = axis < 0 ? static_cast<int64_t>(axis) + t.rank : static_cast<int64_t>(axis);

@@ -1,0 +1,77 @@
+// BatchNorm family, CUDA: the implementation rows, one per kernel, in the order the op layer tries
+// them (src/ops/batch_norm.cpp). Each row's declines() says everything its kernels need, the
+// alignment included, so that the row named by GRADOPS_VERBOSE=dispatch and implementation_name is
+// the kernel that runs. By the walk a tensor takes (batch_norm_rows.cuh):
+//
+//   cuda:runs_vec16     NCHW runs of whole 16-byte packs, X, dY and the output 16-byte aligned
+//   cuda:runs           NCHW runs, one element per access
+//   cuda:columns_vec16  NHWC rows of whole 16-byte packs, X, dY and the output 16-byte aligned
+//   cuda:columns        NHWC rows, one element per access
+//
+// (NCHW with one spatial position is NHWC memory and takes the columns rows; a single channel in
+// either layout is one run.) The kernels are in batch_norm_kernels.cuh, compiled per storage type
+// (batch_norm_<dtype>.cu).
+#include "cuda/batch_norm_rows.cuh"
+
+namespace gradops::cuda {
+namespace {
+
+using detail::BatchNormDesc;
+
+// Every row: aligned elements, and a grid that one launch can hold.
+const char* unusable(const BatchNormDesc& d) {
+  if (const char* why = bn_unaligned(d)) return why;
+  if (d.c > (int64_t{1} << 30)) return "declines: more than 2^30 channels";
+  return nullptr;
+}
+
+const char* not_runs(const BatchNormDesc& d) {
+  if (const char* why = unusable(d)) return why;
+  if (view_of(d).columns) return "declines: the channels are the fast axis (NHWC, or one spatial position)";
+  return nullptr;
+}
+const char* not_columns(const BatchNormDesc& d) {
+  if (const char* why = unusable(d)) return why;
+  if (!view_of(d).columns) return "declines: the channels are not the fast axis (NCHW, or a single channel)";
+  return nullptr;
+}
+constexpr const char* kNoPacks =
+    "declines: X, dY or the output not on a 16-byte boundary, or runs (rows) not of whole 16-byte packs";
+
+Status run_kernel(const BatchNormDesc& d, const Context& ctx, BnKernel k) {
+  const std::string_view op = op_schema(d.op).name;
+  if (d.c == 0) return {};  // no channels: every output is empty
+  DeviceInfo dev;
+  if (Status s = current_device(op, &dev); !s) return s;
+  return visit_storage(d.t, [&](auto tag) -> Status { return batch_norm_run<decltype(tag)>(op, d, ctx, dev, k); });
+}
+
+}  // namespace
+}  // namespace gradops::cuda
+
+namespace gradops::detail {
+
+const char* cuda_batch_norm_runs_vec16_declines(const BatchNormDesc& d) {
+  if (const char* why = cuda::not_runs(d)) return why;
+  return cuda::bn_packs(d) ? nullptr : cuda::kNoPacks;
+}
+Status cuda_batch_norm_runs_vec16(const BatchNormDesc& d, const Context& ctx) {
+  return cuda::run_kernel(d, ctx, cuda::BnKernel::runs_vec);
+}
+const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d) { return cuda::not_runs(d); }
+Status cuda_batch_norm_runs(const BatchNormDesc& d, const Context& ctx) {
+  return cuda::run_kernel(d, ctx, cuda::BnKernel::runs);
+}
+const char* cuda_batch_norm_columns_vec16_declines(const BatchNormDesc& d) {
+  if (const char* why = cuda::not_columns(d)) return why;
+  return cuda::bn_packs(d) ? nullptr : cuda::kNoPacks;
+}
+Status cuda_batch_norm_columns_vec16(const BatchNormDesc& d, const Context& ctx) {
+  return cuda::run_kernel(d, ctx, cuda::BnKernel::columns_vec);
+}
+const char* cuda_batch_norm_columns_declines(const BatchNormDesc& d) { return cuda::not_columns(d); }
+Status cuda_batch_norm_columns(const BatchNormDesc& d, const Context& ctx) {
+  return cuda::run_kernel(d, ctx, cuda::BnKernel::columns);
+}
+
+}  // namespace gradops::detail

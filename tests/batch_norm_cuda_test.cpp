@@ -1,0 +1,334 @@
+// The BatchNorm family on CUDA against the float64 oracle and the CPU implementation: both ops,
+// every (T, T1, T2) signature, both layouts; ranks 1 to 5, C = 1 to 8192, each kernel (runs and
+// columns, 16-byte packs and single elements); empty and one-value batches; sums near the f16
+// maximum; misaligned bases (and pointers off their element size, declined with a reason); a
+// tensor of more than 2^31 elements in each layout; bitwise repeatability; the caller's stream.
+// Every test reports SKIPPED where no GPU is visible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_support.hpp"
+#include "gradops/ops.hpp"
+
+namespace gradops::check {
+namespace {
+
+class BatchNormCuda : public Cuda {};
+
+constexpr OpId kOps[] = {OpId::BatchNormalizationGrad, OpId::BatchNormInternal};
+
+Problem bn_problem(OpId id, const TypeSignature& sig, const std::vector<int64_t>& shape, bool channels_last,
+                   uint64_t seed) {
+  Problem p;
+  p.op = id;
+  p.sig = sig;
+  p.shape = shape;
+  p.attrs = {{"channels_last", channels_last ? 1.0 : 0.0}};
+  if (id == OpId::BatchNormalizationGrad) p.attrs["epsilon"] = 1e-5;
+  p.seed = seed;
+  p.device = Device::cuda();
+  return p;
+}
+
+std::string impl_of(const Problem& p) {
+  Case c(p);
+  std::string name;
+  const Status s = c.implementation(&name);
+  return s.is_ok() ? name : s.to_string();
+}
+
+// Ranks 1 to 5; Mc = 0, 1, 2; C = 1, primes, and around the 32-unit channel tile; NCHW runs of
+// 1 (the columns walk), of whole packs and not; NHWC rows of whole packs and not.
+std::vector<std::vector<int64_t>> sweep() {
+  return {{0},          {1},          {7},           {3, 0},        {2, 0, 5},    {1, 5},        {5, 1},
+          {2, 3},       {13, 7},      {3, 5, 1},     {2, 3, 5},     {4, 3, 64},   {2, 3, 65},    {2, 3, 5, 7},
+          {2, 3, 2, 3, 5}, {1, 1, 1, 1, 1}, {1, 3, 1031}, {4, 16, 8, 8}, {3, 40, 7, 7}, {129, 5}, {2, 1, 4099},
+          {257, 8},     {600, 128},   {5, 2, 419},   {4, 130, 3},   {3, 4099}};
+}
+
+TEST_F(BatchNormCuda, EveryOpSignatureLayoutShape) {
+  uint64_t seed = 1;
+  for (OpId id : kOps)
+    for (const TypeSignature& sig : op_schema(id).signatures)
+      for (bool last : {false, true})
+        for (const auto& shape : sweep())
+          for (bool misaligned : {false, true}) {
+            Problem p = bn_problem(id, sig, shape, last, seed++);
+            p.misaligned = misaligned;
+            ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+          }
+}
+
+// ResNet-50's layer shapes, scaled down in N, and C up to 8192.
+TEST_F(BatchNormCuda, NetworkShapesAndManyChannels) {
+  const std::vector<int64_t> shapes[] = {{4, 64, 56, 56}, {4, 256, 14, 14}, {8, 2048, 7, 7},
+                                         {2, 8192, 3, 3}, {3, 8192},        {2, 96, 3, 5, 7}};
+  const TypeSignature sigs[] = {{{DType::f32, DType::f32, DType::f32}},
+                                {{DType::bf16, DType::bf16, DType::f32}},
+                                {{DType::f16, DType::f32, DType::f32}},
+                                {{DType::f64, DType::f64, DType::f64}}};
+  uint64_t seed = 3000;
+  for (OpId id : kOps)
+    for (const TypeSignature& sig : sigs)
+      for (bool last : {false, true})
+        for (const auto& shape : shapes) {
+          Problem p = bn_problem(id, sig, shape, last, seed++);
+          ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+        }
+}
+
+// Which kernel takes which tensors, so that the sweeps above cover each of them.
+TEST_F(BatchNormCuda, KernelPerLayoutAndAlignment) {
+  struct Expect {
+    std::vector<int64_t> shape;
+    bool last, misaligned;
+    const char* impl;
+  };
+  const Expect cases[] = {
+      {{2, 16, 8, 8}, false, false, "cuda:runs_vec16"},  {{2, 16, 7, 7}, false, false, "cuda:runs"},
+      {{2, 16, 8, 8}, false, true, "cuda:runs"},         {{2, 8, 8, 16}, true, false, "cuda:columns_vec16"},
+      {{2, 8, 8, 15}, true, false, "cuda:columns"},      {{2, 8, 8, 16}, true, true, "cuda:columns"},
+      {{64, 32}, false, false, "cuda:columns_vec16"},    {{4096}, false, false, "cuda:runs_vec16"},
+      {{64, 1}, true, false, "cuda:runs_vec16"},
+  };
+  for (OpId id : kOps)
+    for (const Expect& e : cases) {
+      Problem p = bn_problem(id, {{DType::f32, DType::f32, DType::f32}}, e.shape, e.last, 1);
+      p.misaligned = e.misaligned;
+      EXPECT_EQ(impl_of(p), e.impl) << describe(p);
+    }
+}
+
+// A pointer off its element size: every CUDA row declines, and the status says why.
+TEST_F(BatchNormCuda, PointersOffTheirElementSizeAreDeclined) {
+  for (OpId id : kOps) {
+    Problem p = bn_problem(id, {{DType::f32, DType::f32, DType::f32}}, {2, 3, 5}, false, 1);
+    p.misalign_bytes = 1;
+    const Report r = run_case(p);
+    EXPECT_EQ(r.status.code(), StatusCode::unimplemented) << r.status.to_string();
+    EXPECT_NE(r.status.to_string().find("not aligned to its element size"), std::string::npos) << r.status.to_string();
+  }
+}
+
+// Optional outputs left out.
+TEST_F(BatchNormCuda, OptionalOutputsCanBeOmitted) {
+  for (bool last : {false, true}) {
+    for (int mask = 1; mask < 4; ++mask) {
+      Problem p = bn_problem(OpId::BatchNormalizationGrad, {{DType::f32, DType::f32, DType::f32}}, {4, 3, 64}, last, 3);
+      p.skip_output = {false, (mask & 1) != 0, (mask & 2) != 0};
+      const Report r = run_case(p);
+      ASSERT_TRUE(r.pass) << describe(p) << " mask " << mask << ": " << r.detail;
+    }
+    for (int mask = 1; mask < 16; ++mask) {
+      Problem p = bn_problem(OpId::BatchNormInternal, {{DType::f16, DType::f16, DType::f32}}, {4, 3, 72}, last, 5);
+      p.skip_output = {false, (mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0, (mask & 8) != 0};
+      const Report r = run_case(p);
+      ASSERT_TRUE(r.pass) << describe(p) << " mask " << mask << ": " << r.detail;
+    }
+  }
+}
+
+// f16 sums near the format's maximum: dbias = Σ dY = 64000 (f16 holds 65504) with every partial
+// in f32, and a forward whose values sit near 60000 (the mean close to the maximum, the variance
+// from the shifted sums).
+TEST_F(BatchNormCuda, SumsNearTheF16Maximum) {
+  const TypeSignature sig{{DType::f16, DType::f16, DType::f16}};
+  for (bool last : {false, true}) {
+    Problem g = bn_problem(OpId::BatchNormalizationGrad, sig, {40, 2, 100}, last, 11);
+    g.edit_inputs = [](oracle::Tensors& in) {
+      for (double& v : in[0]->v) v = 16;  // dY: 4000 values a channel
+    };
+    ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(g));
+    Problem f = bn_problem(OpId::BatchNormInternal, sig, {40, 2, 100}, last, 12);
+    f.edit_inputs = [](oracle::Tensors& in) {
+      int k = 0;
+      for (double& v : in[0]->v) v = 59968 + 32 * (k++ % 3);
+    };
+    ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(f));
+  }
+}
+
+// Every output has the same bits on every run.
+TEST_F(BatchNormCuda, RepeatedRunsAreBitwiseIdentical) {
+  const std::vector<int64_t> shapes[] = {{32, 64, 28, 28}, {32, 512, 7, 7}, {3, 1, 100003}, {7, 300, 5}};
+  for (OpId id : kOps)
+    for (bool last : {false, true})
+      for (const auto& shape : shapes) {
+        Problem p = bn_problem(id, {{DType::f32, DType::f32, DType::f32}}, shape, last, 77);
+        Case c(p);
+        std::vector<std::vector<double>> first;
+        for (int rep = 0; rep < 3; ++rep) {
+          c.poison_outputs();
+          ASSERT_TRUE(c.run().is_ok()) << describe(p);
+          const Report r = c.compare();
+          ASSERT_TRUE(r.pass) << r.detail;
+          if (rep == 0) first = r.outputs;
+          else ASSERT_EQ(r.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
+        }
+      }
+}
+
+// Work is ordered on the caller's stream: a stream of its own, with a kernel-length copy queued
+// ahead on it, and no device-wide synchronization by the library.
+TEST_F(BatchNormCuda, RunsOnTheCallersStream) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceBuffer a(256 << 20), b(256 << 20);
+  ASSERT_TRUE(a.base && b.base);
+  for (OpId id : kOps)
+    for (bool last : {false, true}) {
+      ASSERT_EQ(cudaMemcpyAsync(b.base, a.base, 256 << 20, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+      Problem p = bn_problem(id, {{DType::bf16, DType::bf16, DType::f32}}, {16, 96, 20, 20}, last, 21);
+      p.cuda_stream = stream;
+      const Report r = run_case(p);
+      ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+      ASSERT_TRUE(r.pass) << r.detail;
+    }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// ---- more than 2^31 elements ---------------------------------------------------------------------
+
+// Values of channel c over flat [begin, end) of a periodic fill with a constant tail from `tail`
+// on: each residue's count, in double.
+struct Periodic {
+  std::vector<double> pattern;
+  int64_t tail;
+  double tail_value;
+  double at(int64_t i) const {
+    return i >= tail ? tail_value : pattern[static_cast<std::size_t>(i % static_cast<int64_t>(pattern.size()))];
+  }
+};
+
+// Σ f(i) over the flat indices i of [begin, end) with i % stride == phase (stride 1: all).
+template <class F>
+double periodic_sum(int64_t begin, int64_t end, int64_t stride, int64_t phase, int64_t period, int64_t tail, F f) {
+  double s = 0;
+  const int64_t stop = std::min(end, tail);
+  for (int64_t r = 0; r < period; ++r) {  // residues of the period: i = r + k·period
+    if (r % stride != phase % stride) continue;
+    const int64_t lo = begin <= r ? 0 : (begin - r + period - 1) / period;
+    const int64_t hi = stop <= r ? 0 : (stop - r + period - 1) / period;
+    if (hi > lo) s += static_cast<double>(hi - lo) * f(r);
+  }
+  for (int64_t i = std::max(begin, tail); i < end; ++i)
+    if (i % stride == phase % stride) s += f(i);
+  return s;
+}
+
+// BatchNormalizationGrad, NCHW [1, 2, 2^30 + 3] f16 (T1 = T2 = f32): one run per channel, the
+// second wholly past 2^31 elements, whose last 2^20 values differ from the period (a kernel that
+// wrapped its index would read the period there instead).
+TEST_F(BatchNormCuda, GradOver2Pow31ElementsNchw) {
+  const DType t = DType::f16;
+  const int64_t s = (int64_t{1} << 30) + 3, n = 2 * s, tail = n - (int64_t{1} << 20), period = 1000;
+  if (!enough_memory(static_cast<std::size_t>(3 * n * 2))) GTEST_SKIP() << "not enough device memory";
+  DeviceBuffer dy(n * 2), x(n * 2), dx(n * 2), ch(6 * 4);
+  for (auto* b : {&dy, &x, &dx, &ch}) ASSERT_TRUE(b->base);
+  const Periodic px{pattern(period, t, -2, 2, 1), tail, 3.0}, pdy{pattern(period, t, -1, 1.2, 2), tail, 2.0};
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.base, t, px.pattern, n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, pdy.pattern, n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.bytes() + tail * 2, t, {3.0}, n - tail));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.bytes() + tail * 2, t, {2.0}, n - tail));
+  const std::vector<double> scale = {1.25, -0.5}, mean = {0.125, -0.25}, istd = {1.5, 0.75};
+  float* cp = reinterpret_cast<float*>(ch.base);
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(cp, DType::f32, scale, 2));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(cp + 2, DType::f32, mean, 2));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(cp + 4, DType::f32, istd, 2));
+  DeviceBuffer ds(8), db(8);
+  const int64_t shape[] = {1, 2, s}, cshape[] = {2};
+  BatchNormGradArgs a{TensorView(dy.base, t, shape, Device::cuda()),
+                      TensorView(x.base, t, shape, Device::cuda()),
+                      TensorView(cp, DType::f32, cshape, Device::cuda()),
+                      TensorView(cp + 2, DType::f32, cshape, Device::cuda()),
+                      TensorView(cp + 4, DType::f32, cshape, Device::cuda()),
+                      TensorView(dx.base, t, shape, Device::cuda()),
+                      TensorView(ds.base, DType::f32, cshape, Device::cuda()),
+                      TensorView(db.base, DType::f32, cshape, Device::cuda())};
+  const Status st = batch_norm_grad(a);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> gds = download(ds.base, DType::f32, 0, 2), gdb = download(db.base, DType::f32, 0, 2);
+  for (int c = 0; c < 2; ++c) {
+    const int64_t b0 = c * s, b1 = b0 + s;
+    const double s1 = periodic_sum(b0, b1, 1, 0, period, tail, [&](int64_t i) { return pdy.at(i); });
+    const double s2 = periodic_sum(b0, b1, 1, 0, period, tail, [&](int64_t i) { return pdy.at(i) * (px.at(i) - mean[c]); });
+    const double mag = periodic_sum(b0, b1, 1, 0, period, tail, [&](int64_t i) { return std::fabs(pdy.at(i)) * 3; });
+    EXPECT_NEAR(gdb[c], s1, 1e-6 * mag) << "dbias[" << c << "]";
+    EXPECT_NEAR(gds[c], istd[c] * s2, 1e-6 * mag * istd[c]) << "dscale[" << c << "]";
+    const double k = scale[c] * istd[c], b = -k * s1 / s, cc = -k * istd[c] * istd[c] * s2 / s;
+    for (int64_t first : {b0, b0 + s / 2, int64_t{1} << 31, b1 - 4096}) {
+      const int64_t lo = std::max(b0, first - 2048), cnt = std::min<int64_t>(4096, b1 - lo);
+      const std::vector<double> got = download(dx.base, t, lo, cnt);
+      for (int64_t e = 0; e < cnt; ++e) {
+        const int64_t i = lo + e;
+        const double want = k * pdy.at(i) + b + cc * (px.at(i) - mean[c]);
+        ASSERT_NEAR(got[e], want, 2e-3 * (std::fabs(want) + 1)) << "dx[" << i << "]";
+      }
+    }
+  }
+}
+
+// BatchNormInternal, NHWC [2^29 + 1, 4] f16 (T2 = f32): 4 channels across every row, past 2^31
+// elements, the last 2^20 values again off the period.
+TEST_F(BatchNormCuda, ForwardOver2Pow31ElementsNhwc) {
+  const DType t = DType::f16;
+  const int64_t rows = (int64_t{1} << 29) + 1, c = 4, n = rows * c, tail = n - (int64_t{1} << 20), period = 1000;
+  if (!enough_memory(static_cast<std::size_t>(2 * n * 2))) GTEST_SKIP() << "not enough device memory";
+  DeviceBuffer x(n * 2), y(n * 2), par(4 * 2), st(16 * 4);
+  for (auto* b : {&x, &y, &par, &st}) ASSERT_TRUE(b->base);
+  const Periodic px{pattern(period, t, 1, 5, 3), tail, 7.0};
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.base, t, px.pattern, n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.bytes() + tail * 2, t, {7.0}, n - tail));
+  const std::vector<double> scale = {1.5, -0.75, 2, 1}, bias = {0.5, 0.25, -1, 0};
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(par.base, t, scale, 4));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(par.bytes() + 8, t, bias, 4));
+  float* sp = reinterpret_cast<float*>(st.base);
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(sp, DType::f32, {0.0}, 4));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(sp + 4, DType::f32, {1.0}, 4));
+  const int64_t shape[] = {rows, 1, c}, cshape[] = {c};
+  auto f32 = [&](float* p) { return TensorView(p, DType::f32, cshape, Device::cuda()); };
+  BatchNormTrainingArgs a{TensorView(x.base, t, shape, Device::cuda()),
+                          TensorView(par.base, t, cshape, Device::cuda()),
+                          TensorView(par.bytes() + 8, t, cshape, Device::cuda()),
+                          f32(sp),
+                          f32(sp + 4),
+                          TensorView(y.base, t, shape, Device::cuda()),
+                          f32(sp),
+                          f32(sp + 4),
+                          f32(sp + 8),
+                          f32(sp + 12)};
+  a.momentum = 0.75f;
+  a.channels_last = true;
+  const Status s = batch_norm_training(a);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> got = download(sp, DType::f32, 0, 16);
+  for (int ch = 0; ch < c; ++ch) {
+    const double m = static_cast<double>(rows);
+    const double mu = periodic_sum(0, n, c, ch, period, tail, [&](int64_t i) { return px.at(i); }) / m;
+    const double m2 = periodic_sum(0, n, c, ch, period, tail, [&](int64_t i) { return (px.at(i) - mu) * (px.at(i) - mu); });
+    const double istd = 1 / std::sqrt(m2 / m + 1e-5);
+    EXPECT_NEAR(got[8 + ch], mu, 1e-4 * std::fabs(mu)) << "saved_mean[" << ch << "]";
+    EXPECT_NEAR(got[12 + ch], istd, 1e-3 * istd) << "saved_inv_std[" << ch << "]";
+    EXPECT_NEAR(got[ch], 0.25 * mu, 1e-4 * std::fabs(mu)) << "running_mean[" << ch << "]";
+    EXPECT_NEAR(got[4 + ch], 0.75 + 0.25 * m2 / (m - 1), 1e-3 * (1 + m2 / m)) << "running_var[" << ch << "]";
+    for (int64_t first : {int64_t{0}, int64_t{1} << 31, n - 4096}) {
+      const int64_t lo = std::max<int64_t>(0, first - 2048), cnt = std::min<int64_t>(4096, n - lo);
+      const std::vector<double> yv = download(y.base, t, lo, cnt);
+      for (int64_t e = 0; e < cnt; ++e) {
+        const int64_t i = lo + e;
+        if (i % c != ch) continue;
+        const double want = (px.at(i) - mu) * istd * scale[ch] + bias[ch];
+        ASSERT_NEAR(yv[e], want, 2e-3 * (std::fabs(want) + 1)) << "y[" << i << "]";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradops::check

@@ -82,8 +82,10 @@ struct BnGeom {
   int64_t blocks = 0;
 };
 
-// target: the blocks of one full wave of the reduction. Each thread gets at least kBnUnroll units,
-// so that loads overlap even where the grid is small.
+// target: the blocks of one full wave of the reduction. Blocks of equal work fill it without going
+// over (a few blocks past a wave would take as long as the wave), or, with more channels (tiles)
+// than it holds, take one block each. Each thread gets at least kBnUnroll units, so that loads
+// overlap even where the grid is small.
 inline BnGeom bn_geometry(const detail::BatchNormDesc& d, int vec, int64_t target) {
   BnGeom g;
   g.v = view_of(d);
@@ -95,13 +97,13 @@ inline BnGeom bn_geometry(const detail::BatchNormDesc& d, int vec, int64_t targe
     g.rb = kBnThreads / g.tw;
     g.tiles = (g.units + g.tw - 1) / g.tw;
     const int64_t most = std::max<int64_t>(1, (g.v.n + int64_t{g.rb} * kBnUnroll - 1) / (int64_t{g.rb} * kBnUnroll));
-    g.groups = std::clamp<int64_t>((target + g.tiles - 1) / g.tiles, 1, most);
+    g.groups = std::clamp<int64_t>(target / g.tiles, 1, most);
     g.blocks = g.tiles * g.groups;
   } else {
     g.units = g.v.s / vec;
     g.per_channel = g.v.n * g.units;
     const int64_t most = std::max<int64_t>(1, (g.per_channel + min_units - 1) / min_units);
-    g.groups = std::clamp<int64_t>((target + g.v.c - 1) / g.v.c, 1, most);
+    g.groups = std::clamp<int64_t>(target / g.v.c, 1, most);
     g.blocks = g.v.c * g.groups;
     if (g.units > 0) g.step_div = kBnThreads / g.units, g.step_mod = kBnThreads % g.units;
   }

@@ -231,9 +231,11 @@ def batch_norm_case(op, chw, channels_last):
             smean, sinv = torch.empty_like(rmean), torch.empty_like(rmean)
             native = lambda: aten.native_batch_norm(xt, fw, fb, rm, rv, True, 0.1, eps)  # noqa: E731
             cudnn = lambda: aten.cudnn_batch_norm(xt, fw, fb, rm, rv, True, 0.1, eps)  # noqa: E731
+            # saved_mean is not compared on its own: the means of these inputs sit near 0, where a
+            # normwise relative disagreement says nothing (Y carries any error in it).
             return dict(ins=[x, scale, bias, rmean, rvar], outs=[y, rmean, rvar, smean, sinv],
                         attrs=dict(attrs, epsilon=eps, momentum=0.9, training_mode=1), torch=native, alt=cudnn,
-                        check=[(y, "y"), (smean, 1), (sinv, 2)], ref=native,
+                        check=[(y, "y"), (sinv, 2)], ref=native,
                         nbytes=2 * x.numel() * es, shape=[n, c, h, w], fits=x.numel() * es <= BATCH_NORM_L2_BYTES)
         dy = randn(shape, dtype)
         dyt = dy.permute(0, 3, 1, 2) if channels_last else dy

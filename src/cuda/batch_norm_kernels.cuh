@@ -130,7 +130,6 @@ __global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
   __shared__ ReduceSmem<Sum2<A>> sm;
-  griddep_launch_dependents();  // the finish may launch now; it waits for this grid's end
   const int64_t c = blockIdx.x / a.groups, g = blockIdx.x % a.groups;
   const A mu = centre_of<T, kGrad, false>(a, c);
   const P* x = static_cast<const P*>(a.x);
@@ -157,6 +156,9 @@ __global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
         for (int e = 0; e < VEC; ++e)
           accumulate<kGrad>(acc, static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0), mu);
   }
+  // The finish may launch once every block is here (it waits for this grid's end): earlier, its
+  // blocks would hold multiprocessors that a second wave of this grid needs.
+  griddep_launch_dependents();
   const Sum2<A> t = block_allreduce<Sum2Op<A>, 1>(acc, sm, 0);
   if (threadIdx.x == 0) {
     A* p = static_cast<A*>(a.partial);
@@ -216,7 +218,6 @@ __global__ void __launch_bounds__(kBnThreads) columns_reduce_kernel(BnArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
   __shared__ A s1[kBnThreads * VEC], s2[kBnThreads * VEC];
-  griddep_launch_dependents();
   const int64_t tile = blockIdx.x % a.tiles, g = blockIdx.x / a.tiles;
   const int tx = static_cast<int>(threadIdx.x) % a.tw, ty = static_cast<int>(threadIdx.x) / a.tw;
   const int64_t cu = tile * a.tw + tx;
@@ -250,6 +251,7 @@ __global__ void __launch_bounds__(kBnThreads) columns_reduce_kernel(BnArgs a) {
             accumulate<kGrad>(acc[e], static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0),
                               mu[e]);
     }
+  griddep_launch_dependents();
   // The block's rows of each column, pairwise in ty (a fixed tree), through shared memory.
   const int slot = static_cast<int>(threadIdx.x) * VEC;
 #pragma unroll
@@ -381,15 +383,26 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) finish_kernel(BnArgs a) {
   using A = compute_t<T>;
   __shared__ A l1[kBnFinishLanes][33], l2[kBnFinishLanes][33];
   griddep_wait();  // launched while the reduction drains: its partials are complete only now
+  griddep_launch_dependents();  // the elementwise grid may take the multiprocessors this one leaves
   const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
   const A* p1 = static_cast<const A*>(a.partial);
   const A* p2 = p1 + a.groups * a.c;
+  // Lane ty adds groups ty, ty + 32, ... in that order; the loads of kBatch of them at a time
+  // are issued together (each is a trip to L2).
+  constexpr int kBatch = 8;
   A s1 = A(0), s2 = A(0);
   if (c < a.c)
-    for (int64_t g = ty; g < a.groups; g += kBnFinishLanes) {
-      s1 += __ldcg(p1 + g * a.c + c);
-      s2 += __ldcg(p2 + g * a.c + c);
+    for (int64_t g0 = ty; g0 < a.groups; g0 += kBnFinishLanes * kBatch) {
+      A v1[kBatch], v2[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t g = g0 + int64_t{k} * kBnFinishLanes;
+        if (g < a.groups) v1[k] = __ldcg(p1 + g * a.c + c), v2[k] = __ldcg(p2 + g * a.c + c);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (g0 + int64_t{k} * kBnFinishLanes < a.groups) s1 += v1[k], s2 += v2[k];
     }
   l1[ty][tx] = s1;
   l2[ty][tx] = s2;

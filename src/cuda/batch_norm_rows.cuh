@@ -84,19 +84,20 @@ struct BnGeom {
 
 // target: the blocks of one full wave of the reduction. Blocks of equal work fill it without going
 // over (a few blocks past a wave would take as long as the wave), or, with more channels (tiles)
-// than it holds, take one block each. Each thread gets at least kBnUnroll units, so that loads
-// overlap even where the grid is small.
+// than it holds, take one block each. Each thread gets two batches of kBnUnroll units (rows) where
+// the tensor has them: fewer partials for the finish to add, and still loads enough in flight.
 inline BnGeom bn_geometry(const detail::BatchNormDesc& d, int vec, int64_t target) {
   BnGeom g;
   g.v = view_of(d);
   g.vec = vec;
-  const int64_t min_units = int64_t{kBnThreads} * kBnUnroll;
+  const int64_t min_units = int64_t{kBnThreads} * kBnUnroll * 2;
   if (g.v.columns) {
     g.units = g.v.c / vec;
     g.tw = static_cast<int>(std::min<int64_t>(g.units, 32));
     g.rb = kBnThreads / g.tw;
     g.tiles = (g.units + g.tw - 1) / g.tw;
-    const int64_t most = std::max<int64_t>(1, (g.v.n + int64_t{g.rb} * kBnUnroll - 1) / (int64_t{g.rb} * kBnUnroll));
+    const int64_t rows = int64_t{g.rb} * kBnUnroll * 2;
+    const int64_t most = std::max<int64_t>(1, (g.v.n + rows - 1) / rows);
     g.groups = std::clamp<int64_t>(target / g.tiles, 1, most);
     g.blocks = g.tiles * g.groups;
   } else {

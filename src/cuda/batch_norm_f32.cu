@@ -3,7 +3,6 @@
 
 namespace gradops::cuda {
 
-template Status batch_norm_run<float>(std::string_view, const detail::BatchNormDesc&, const Context&, const DeviceInfo&,
-                                    BnKernel);
+template Status batch_norm_run<float>(std::string_view, const BnCall&, const Context&, const DeviceInfo&, BnKernel);
 
 }  // namespace gradops::cuda

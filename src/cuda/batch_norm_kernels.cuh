@@ -1,13 +1,17 @@
-// BatchNorm family, CUDA kernels: BatchNormalizationGrad and BatchNormInternal (training), three
-// launches on the context's stream, the last two launched while the one before drains:
+// BatchNorm family, CUDA kernels: BatchNormalizationGrad and BatchNormInternal (training) and the
+// halves of their split, launches on the context's stream, each launched while the one before
+// drains:
 //
 //   reduce   every block sums its part of a channel (two sums per channel, in the compute type:
-//            grad Σ dY and Σ dY·(x - mean); forward Σ (x - K) and Σ (x - K)², K the channel's
+//            grad Σ dY and Σ dY·(x - mean); forward Σ (x - K0) and Σ (x - K0)², K0 the channel's
 //            first value, so that the variance of data far from zero keeps its digits) and leaves
 //            them in a partials buffer [2][groups][c]
-//   finish   per channel, the groups' partials added in a fixed order (column_sum.cuh's: 32 lanes
-//            over the groups, then the lanes in order), then the op's per-channel outputs and the
-//            elementwise coefficients [4][c] (a, b, c, mean)
+//   sums     per channel, the groups' partials added in f64 in a fixed order (column_sum.cuh's: 32
+//            lanes over the groups, then the lanes in order), as the split's sums: grad Σ dY and
+//            Σ dY·x̂; forward Σ (x - K) and Σ (x - K)², K = input_mean (moved from K0 in f64)
+//   finish   per channel, from the sums and their count: the op's per-channel outputs and the
+//            elementwise coefficients [4][c] (a, b, c, mean); the fused op runs it in the sums
+//            kernel on the values it has just formed, the apply half on the given sums
 //   apply    grad dX = a·dY + (c·(x - mean) + b); forward Y = (x - mean)·a + b
 //
 // The grid, and so every bit of every output, depends on the shape (and the device's
@@ -51,6 +55,8 @@ struct BnArgs {
   float epsilon, momentum;
   void* partial;  // compute type [2][groups][c]
   void* coef;     // compute type [4][c]
+  double* sums_out;
+  const double* sums_in;
   int64_t n, c, s, count;
   int64_t units, per_channel, groups, tiles, step_div, step_mod;
   int tw, rb;
@@ -325,19 +331,19 @@ __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
 
 // ---- finish -------------------------------------------------------------------------------------
 
-// Channel c's outputs and coefficients from its two totals (the CPU's formulas, src/cpu/batch_norm.cpp).
-template <class T, bool kGrad, bool kColumns>
-__device__ __forceinline__ void finish_channel(const BnArgs& a, int64_t c, compute_t<T> t1, compute_t<T> t2) {
+// Channel c's outputs and coefficients from its two sums over `count` values (this call's, or
+// every participant's for the split's apply half): the CPU's formulas (src/cpu/batch_norm.cpp).
+template <class T, bool kGrad>
+__device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double sum1, double sum2, double count) {
   using A = compute_t<T>;
   A* cf = static_cast<A*>(a.coef);
-  const bool any = a.count > 0;
-  const A count = static_cast<A>(a.count);
+  const bool any = count > 0;
   if constexpr (kGrad) {
     // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean), so that
     // x - mean is formed before any scaling.
-    const A inv_count = any ? A(1) / count : A(0);
+    const A inv_count = any ? A(1) / static_cast<A>(count) : A(0);
     const A istd = load_dt<A>(a.t2, a.inv_std, c);
-    const A s1 = t1, s2 = any ? istd * t2 : A(0);
+    const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
     store_dt(a.t1, a.dbias, c, s1);
     store_dt(a.t1, a.dscale, c, s2);
     const A k = load_dt<A>(a.t1, a.scale, c) * istd;
@@ -347,51 +353,49 @@ __device__ __forceinline__ void finish_channel(const BnArgs& a, int64_t c, compu
     cf[3 * a.c + c] = load_dt<A>(a.t2, a.mean, c);
   } else {
     // Mc = 0: the running statistics pass through, the saved ones are an empty sum's (mean 0,
-    // variance 0). Mc = 1: the unbiased variance is undefined and running_var becomes NaN.
-    const A eps = static_cast<A>(a.epsilon), mom = static_cast<A>(a.momentum), keep = A(1) - mom;
-    const A old_mean = load_dt<A>(a.t2, a.input_mean, c), old_var = load_dt<A>(a.t2, a.input_var, c);
-    A mu = 0, var = 0, unbiased = static_cast<A>(NAN);
+    // variance 0). Mc = 1: the unbiased variance is undefined and running_var becomes NaN. The
+    // statistics are formed in f64 from the sums about K = input_mean.
+    const double eps = a.epsilon, mom = a.momentum, keep = 1 - mom;
+    const double old_mean = load_dt<double>(a.t2, a.input_mean, c), old_var = load_dt<double>(a.t2, a.input_var, c);
+    double mu = 0, var = 0, unbiased = NAN;
     if (any) {
-      const A shift = static_cast<A>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)]));
-      const A d = t1 / count;
-      mu = shift + d;
-      A m2 = t2 - t1 * d;  // Σ (x - mu)² = Σ (x - K)² - (Σ (x - K))² / Mc
-      if (m2 < A(0)) m2 = A(0);  // rounding; NaN stays NaN
+      const double dev = sum1 / count;
+      double m2 = count > 1 ? sum2 - sum1 * dev : 0.0;  // one value has no spread
+      if (m2 < 0) m2 = 0;                               // rounding; NaN stays NaN
+      mu = old_mean + dev;
       var = m2 / count;
-      if (a.count > 1) unbiased = m2 / static_cast<A>(a.count - 1);
+      if (count > 1) unbiased = m2 / (count - 1);
     }
-    A istd;
-    if constexpr (sizeof(A) == 8) istd = A(1) / ::sqrt(var + eps);
-    else istd = A(1) / sqrtf(var + eps);
-    store_dt(a.t2, a.saved_mean, c, mu);
-    store_dt(a.t2, a.saved_inv_std, c, istd);
-    store_dt(a.t2, a.running_mean, c, any ? mom * old_mean + keep * mu : old_mean);
-    store_dt(a.t2, a.running_var, c, any ? mom * old_var + keep * unbiased : old_var);
-    cf[c] = istd * load_dt<A>(a.t1, a.scale, c);
+    const double istd = 1 / ::sqrt(var + eps);
+    store_dt(a.t2, a.saved_mean, c, static_cast<A>(mu));
+    store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(istd));
+    store_dt(a.t2, a.running_mean, c, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
+    store_dt(a.t2, a.running_var, c, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
+    cf[c] = static_cast<A>(istd * load_dt<double>(a.t1, a.scale, c));
     cf[a.c + c] = load_dt<A>(a.t1, a.bias, c);
     cf[2 * a.c + c] = A(0);
-    cf[3 * a.c + c] = mu;
+    cf[3 * a.c + c] = static_cast<A>(mu);
   }
 }
 
 inline constexpr int kBnFinishLanes = 32;
 
-// 32 channels a block: lane ty of 32 adds groups ty, ty + 32, ... of its channel, then the lane
-// sums in lane order (column_sum.cuh's order), both sums at once.
-template <class T, bool kGrad, bool kColumns>
-__global__ void __launch_bounds__(32 * kBnFinishLanes) finish_kernel(BnArgs a) {
+// 32 channels a block: lane ty of 32 adds groups ty, ty + 32, ... of its channel in f64, then the
+// lane sums in lane order (column_sum.cuh's order), both sums at once; then the split's sums.
+// kFinish: finish from them (the fused op); else store them (the reduce half).
+template <class T, bool kGrad, bool kColumns, bool kFinish>
+__global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
   using A = compute_t<T>;
-  __shared__ A l1[kBnFinishLanes][33], l2[kBnFinishLanes][33];
+  __shared__ double l1[kBnFinishLanes][33], l2[kBnFinishLanes][33];
   griddep_wait();  // launched while the reduction drains: its partials are complete only now
   griddep_launch_dependents();  // the elementwise grid may take the multiprocessors this one leaves
   const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
   const A* p1 = static_cast<const A*>(a.partial);
   const A* p2 = p1 + a.groups * a.c;
-  // Lane ty adds groups ty, ty + 32, ... in that order; the loads of kBatch of them at a time
-  // are issued together (each is a trip to L2).
+  // The loads of kBatch groups at a time are issued together (each is a trip to L2).
   constexpr int kBatch = 8;
-  A s1 = A(0), s2 = A(0);
+  double s1 = 0, s2 = 0;
   if (c < a.c)
     for (int64_t g0 = ty; g0 < a.groups; g0 += kBnFinishLanes * kBatch) {
       A v1[kBatch], v2[kBatch];
@@ -408,15 +412,44 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) finish_kernel(BnArgs a) {
   l2[ty][tx] = s2;
   __syncthreads();
   if (ty != 0 || c >= a.c) return;
-  A t1 = l1[0][tx], t2 = l2[0][tx];
+  double t1 = l1[0][tx], t2 = l2[0][tx];
   for (int k = 1; k < kBnFinishLanes; ++k) t1 += l1[k][tx], t2 += l2[k][tx];
-  finish_channel<T, kGrad, kColumns>(a, c, t1, t2);
+  const double count = static_cast<double>(a.count);
+  double sum1, sum2;
+  if constexpr (kGrad) {
+    // Σ dY·x̂ = inv_std·Σ dY·(x - mean), in the compute type as the CPU forms it.
+    sum1 = static_cast<double>(static_cast<A>(t1));
+    sum2 = static_cast<double>(load_dt<A>(a.t2, a.inv_std, c) * static_cast<A>(t2));
+  } else {
+    // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
+    // d = K0 - K.
+    const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
+    const double d = k0 - load_dt<double>(a.t2, a.input_mean, c);
+    sum1 = t1 + count * d;
+    sum2 = t2 + 2 * d * t1 + count * d * d;
+  }
+  if constexpr (kFinish) {
+    finish_from<T, kGrad>(a, c, sum1, sum2, count);
+  } else {
+    a.sums_out[c] = sum1;
+    a.sums_out[a.c + c] = sum2;
+    if (c == 0) a.sums_out[2 * a.c] = count;
+  }
+}
+
+// The split's apply half: the outputs and coefficients of each channel from the given sums.
+template <class T, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) finish_kernel(BnArgs a) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
+  if (c < a.c) finish_from<T, kGrad>(a, c, a.sums_in[c], a.sums_in[a.c + c], a.sums_in[2 * a.c]);
 }
 
 // ---- launches -----------------------------------------------------------------------------------
 
 template <class T, int VEC, bool kGrad, bool kColumns>
-Status run_bn(std::string_view op, const detail::BatchNormDesc& d, const Context& ctx, const DeviceInfo& dev) {
+Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev) {
   using A = compute_t<T>;
   constexpr auto reduce = kColumns ? columns_reduce_kernel<T, VEC, kGrad> : runs_reduce_kernel<T, VEC, kGrad>;
   constexpr auto apply = kColumns ? columns_apply_kernel<T, VEC, kGrad> : runs_apply_kernel<T, VEC, kGrad>;
@@ -426,7 +459,7 @@ Status run_bn(std::string_view op, const detail::BatchNormDesc& d, const Context
   BnArgs a{};
   a.x = d.x;
   a.dy = d.dy;
-  a.out = kGrad ? d.dx : d.y;
+  a.out = d.out;
   a.scale = d.scale;
   a.bias = d.bias;
   a.mean = d.mean;
@@ -443,6 +476,8 @@ Status run_bn(std::string_view op, const detail::BatchNormDesc& d, const Context
   a.t2 = d.t2;
   a.epsilon = d.epsilon;
   a.momentum = d.momentum;
+  a.sums_out = d.sums_out;
+  a.sums_in = d.sums_in;
   a.n = g.v.n;
   a.c = g.v.c;
   a.s = g.v.s;
@@ -455,36 +490,48 @@ Status run_bn(std::string_view op, const detail::BatchNormDesc& d, const Context
   a.step_mod = g.step_mod;
   a.tw = g.tw;
   a.rb = g.rb;
+  // Scratch: the partials (not the apply half), the coefficients (not the reduce half).
+  const int64_t partials = d.mode == BnMode::apply ? 0 : 2 * g.groups * g.v.c;
+  const int64_t coefs = d.mode == BnMode::reduce ? 0 : 4 * g.v.c;
   detail::Workspace ws;
-  const std::size_t elems = static_cast<std::size_t>((2 * g.groups + 4) * g.v.c);
-  if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), sizeof(A) * elems, op); !s) return s;
-  a.partial = ws.as<A>();
-  a.coef = ws.as<A>() + 2 * g.groups * g.v.c;
-  const cudaStream_t stream = stream_of(ctx);
-  if (g.blocks > 0)
-    if (Status s = launch(op, "the BatchNorm reduction launch", reduce, dim3(static_cast<unsigned>(g.blocks)),
-                          dim3(kBnThreads), stream, a);
-        !s)
-      return s;
-  const int64_t finish_blocks = (g.v.c + kBnFinishLanes - 1) / kBnFinishLanes;
-  if (Status s = launch_dependent(op, "the BatchNorm finish launch", finish_kernel<T, kGrad, kColumns>,
-                                  dim3(static_cast<unsigned>(finish_blocks)), dim3(32 * kBnFinishLanes), stream, a);
+  if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), sizeof(A) * static_cast<std::size_t>(partials + coefs), op);
       !s)
     return s;
+  a.partial = ws.as<A>();
+  a.coef = ws.as<A>() + partials;
+  const cudaStream_t stream = stream_of(ctx);
+  if (d.mode != BnMode::apply) {
+    if (g.blocks > 0)
+      if (Status s = launch(op, "the BatchNorm reduction launch", reduce, dim3(static_cast<unsigned>(g.blocks)),
+                            dim3(kBnThreads), stream, a);
+          !s)
+        return s;
+    const unsigned blocks = static_cast<unsigned>((g.v.c + kBnFinishLanes - 1) / kBnFinishLanes);
+    const Status s = d.mode == BnMode::fused
+                         ? launch_dependent(op, "the BatchNorm sums launch", sums_kernel<T, kGrad, kColumns, true>,
+                                            dim3(blocks), dim3(32 * kBnFinishLanes), stream, a)
+                         : launch_dependent(op, "the BatchNorm sums launch", sums_kernel<T, kGrad, kColumns, false>,
+                                            dim3(blocks), dim3(32 * kBnFinishLanes), stream, a);
+    if (!s || d.mode == BnMode::reduce) return s;
+  } else {
+    const unsigned blocks = static_cast<unsigned>((g.v.c + kBnThreads - 1) / kBnThreads);
+    if (Status s = launch_dependent(op, "the BatchNorm finish launch", finish_kernel<T, kGrad>, dim3(blocks),
+                                    dim3(kBnThreads), stream, a);
+        !s)
+      return s;
+  }
   if (g.blocks == 0) return {};
   return launch_dependent(op, "the BatchNorm elementwise launch", apply, dim3(static_cast<unsigned>(g.blocks)),
                           dim3(kBnThreads), stream, a);
 }
 
 template <class T>
-Status batch_norm_run(std::string_view op, const detail::BatchNormDesc& d, const Context& ctx, const DeviceInfo& dev,
-                      BnKernel k) {
+Status batch_norm_run(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev, BnKernel k) {
   constexpr int PV = kPackElems<T>;
-  const bool grad = is_grad(d);
   auto go = [&](auto vec, auto columns) -> Status {
     constexpr int V = decltype(vec)::value;
     constexpr bool C = decltype(columns)::value;
-    return grad ? run_bn<T, V, true, C>(op, d, ctx, dev) : run_bn<T, V, false, C>(op, d, ctx, dev);
+    return d.grad ? run_bn<T, V, true, C>(op, d, ctx, dev) : run_bn<T, V, false, C>(op, d, ctx, dev);
   };
   using I1 = std::integral_constant<int, 1>;
   using IV = std::integral_constant<int, PV>;

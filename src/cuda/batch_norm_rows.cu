@@ -18,19 +18,38 @@ namespace {
 
 using detail::BatchNormDesc;
 
+BnCall call_of(const BatchNormDesc& d) {
+  BnCall k;
+  k.grad = d.op == OpId::BatchNormalizationGrad;
+  k.t = d.t, k.t1 = d.t1, k.t2 = d.t2;
+  k.n = d.n, k.c = d.c, k.spatial = d.spatial, k.channels_last = d.channels_last;
+  k.x = d.x;
+  k.scale = d.scale;
+  if (k.grad) {
+    k.dy = d.dy, k.mean = d.mean, k.inv_std = d.inv_std;
+    k.out = d.dx, k.dscale = d.dscale, k.dbias = d.dbias;
+  } else {
+    k.bias = d.bias, k.input_mean = d.input_mean, k.input_var = d.input_var;
+    k.out = d.y, k.running_mean = d.running_mean, k.running_var = d.running_var;
+    k.saved_mean = d.saved_mean, k.saved_inv_std = d.saved_inv_std;
+    k.epsilon = d.epsilon, k.momentum = d.momentum;
+  }
+  return k;
+}
+
 // Every row: aligned elements, and a grid that one launch can hold.
-const char* unusable(const BatchNormDesc& d) {
+const char* unusable(const BnCall& d) {
   if (const char* why = bn_unaligned(d)) return why;
   if (d.c > (int64_t{1} << 30)) return "declines: more than 2^30 channels";
   return nullptr;
 }
 
-const char* not_runs(const BatchNormDesc& d) {
+const char* not_runs(const BnCall& d) {
   if (const char* why = unusable(d)) return why;
   if (view_of(d).columns) return "declines: the channels are the fast axis (NHWC, or one spatial position)";
   return nullptr;
 }
-const char* not_columns(const BatchNormDesc& d) {
+const char* not_columns(const BnCall& d) {
   if (const char* why = unusable(d)) return why;
   if (!view_of(d).columns) return "declines: the channels are not the fast axis (NCHW, or a single channel)";
   return nullptr;
@@ -38,8 +57,21 @@ const char* not_columns(const BatchNormDesc& d) {
 constexpr const char* kNoPacks =
     "declines: X, dY or the output not on a 16-byte boundary, or runs (rows) not of whole 16-byte packs";
 
-Status run_kernel(const BatchNormDesc& d, const Context& ctx, BnKernel k) {
-  const std::string_view op = op_schema(d.op).name;
+const char* declines(const BnCall& d, BnKernel k) {
+  switch (k) {
+    case BnKernel::runs_vec:
+      if (const char* why = not_runs(d)) return why;
+      return bn_packs(d) ? nullptr : kNoPacks;
+    case BnKernel::runs: return not_runs(d);
+    case BnKernel::columns_vec:
+      if (const char* why = not_columns(d)) return why;
+      return bn_packs(d) ? nullptr : kNoPacks;
+    case BnKernel::columns: break;
+  }
+  return not_columns(d);
+}
+
+Status run_kernel(const BnCall& d, std::string_view op, const Context& ctx, BnKernel k) {
   if (d.c == 0) return {};  // no channels: every output is empty
   DeviceInfo dev;
   if (Status s = current_device(op, &dev); !s) return s;
@@ -51,27 +83,29 @@ Status run_kernel(const BatchNormDesc& d, const Context& ctx, BnKernel k) {
 
 namespace gradops::detail {
 
+using cuda::BnKernel;
+
 const char* cuda_batch_norm_runs_vec16_declines(const BatchNormDesc& d) {
-  if (const char* why = cuda::not_runs(d)) return why;
-  return cuda::bn_packs(d) ? nullptr : cuda::kNoPacks;
+  return cuda::declines(cuda::call_of(d), BnKernel::runs_vec);
 }
 Status cuda_batch_norm_runs_vec16(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(d, ctx, cuda::BnKernel::runs_vec);
+  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs_vec);
 }
-const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d) { return cuda::not_runs(d); }
+const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d) { return cuda::declines(cuda::call_of(d), BnKernel::runs); }
 Status cuda_batch_norm_runs(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(d, ctx, cuda::BnKernel::runs);
+  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs);
 }
 const char* cuda_batch_norm_columns_vec16_declines(const BatchNormDesc& d) {
-  if (const char* why = cuda::not_columns(d)) return why;
-  return cuda::bn_packs(d) ? nullptr : cuda::kNoPacks;
+  return cuda::declines(cuda::call_of(d), BnKernel::columns_vec);
 }
 Status cuda_batch_norm_columns_vec16(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(d, ctx, cuda::BnKernel::columns_vec);
+  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::columns_vec);
 }
-const char* cuda_batch_norm_columns_declines(const BatchNormDesc& d) { return cuda::not_columns(d); }
+const char* cuda_batch_norm_columns_declines(const BatchNormDesc& d) {
+  return cuda::declines(cuda::call_of(d), BnKernel::columns);
+}
 Status cuda_batch_norm_columns(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(d, ctx, cuda::BnKernel::columns);
+  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::columns);
 }
 
 }  // namespace gradops::detail

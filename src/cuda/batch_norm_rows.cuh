@@ -16,6 +16,39 @@ namespace gradops::cuda {
 inline constexpr int kBnThreads = 256;  // every reduce and apply block
 inline constexpr int kBnUnroll = 4;     // units a thread has in flight per input
 
+// What a call runs: the fused op (reduce, finish, apply), or one half of the split: the reduce half
+// stops at the per-channel sums (f64, [Σ1 per channel, Σ2 per channel, count]), the apply half
+// starts from given ones. The fused op forms the very same sums in registers and finishes from
+// them, so it is bitwise the composition of the halves.
+enum class BnMode { fused, reduce, apply };
+
+// Everything the kernels read from any of the family's descriptors. Unused pointers are null.
+struct BnCall {
+  bool grad = false;
+  BnMode mode = BnMode::fused;
+  DType t = DType::f32, t1 = DType::f32, t2 = DType::f32;
+  int64_t n = 0, c = 0, spatial = 0;
+  bool channels_last = false;
+  const void* x = nullptr;
+  const void* dy = nullptr;          // grad
+  const void* scale = nullptr;       // not read by the reduce halves
+  const void* bias = nullptr;        // forward
+  const void* mean = nullptr;        // grad: saved mean
+  const void* inv_std = nullptr;     // grad: saved inverse std
+  const void* input_mean = nullptr;  // forward: running mean before the step, the sums' shift K
+  const void* input_var = nullptr;
+  void* out = nullptr;               // dX or Y (not the reduce halves)
+  void* dscale = nullptr;
+  void* dbias = nullptr;
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+  void* saved_mean = nullptr;
+  void* saved_inv_std = nullptr;
+  float epsilon = 0, momentum = 0;
+  double* sums_out = nullptr;        // reduce halves
+  const double* sums_in = nullptr;   // apply halves
+};
+
 // The tensor as a kernel walks it. Columns: `rows` rows of c channels, channels on the fast axis
 // (NHWC, and NCHW with one spatial position, which is the same memory). Runs: n runs of s
 // contiguous values per channel (NCHW; a single channel of any layout is one run of n·spatial).
@@ -25,7 +58,7 @@ struct BnView {
   int64_t count = 0;            // values per channel
 };
 
-inline BnView view_of(const detail::BatchNormDesc& d) {
+inline BnView view_of(const BnCall& d) {
   BnView v;
   v.c = d.c;
   v.count = d.n * d.spatial;
@@ -39,18 +72,14 @@ inline BnView view_of(const detail::BatchNormDesc& d) {
   return v;
 }
 
-inline bool is_grad(const detail::BatchNormDesc& d) { return d.op == OpId::BatchNormalizationGrad; }
-
-// The tensors the elementwise kernels stream: X, then dY and dX (grad) or Y (forward).
-inline const void* bn_out(const detail::BatchNormDesc& d) { return is_grad(d) ? d.dx : d.y; }
-
 // Every pointer aligned to its element size: hardware loads of that type would fault otherwise.
-inline const char* bn_unaligned(const detail::BatchNormDesc& d) {
+inline const char* bn_unaligned(const BnCall& d) {
   const std::size_t t = dtype_size(d.t), t1 = dtype_size(d.t1), t2 = dtype_size(d.t2);
   const std::pair<const void*, std::size_t> ptrs[] = {
-      {d.x, t},         {d.dy, t},           {bn_out(d), t},        {d.scale, t1},          {d.bias, t1},
-      {d.dscale, t1},   {d.dbias, t1},       {d.mean, t2},          {d.inv_std, t2},        {d.input_mean, t2},
-      {d.input_var, t2}, {d.running_mean, t2}, {d.running_var, t2}, {d.saved_mean, t2},     {d.saved_inv_std, t2}};
+      {d.x, t},          {d.dy, t},           {d.out, t},          {d.scale, t1},      {d.bias, t1},
+      {d.dscale, t1},    {d.dbias, t1},       {d.mean, t2},        {d.inv_std, t2},    {d.input_mean, t2},
+      {d.input_var, t2}, {d.running_mean, t2}, {d.running_var, t2}, {d.saved_mean, t2}, {d.saved_inv_std, t2},
+      {d.sums_out, 8},   {d.sums_in, 8}};
   for (const auto& [p, size] : ptrs)
     if (p && !aligned_to(p, size)) return "declines: a pointer is not aligned to its element size";
   return nullptr;
@@ -58,11 +87,11 @@ inline const char* bn_unaligned(const detail::BatchNormDesc& d) {
 
 // The 16-byte kernels: X, dY and the output on a 16-byte boundary, and every run (row) of whole
 // packs, so that no pack straddles two channels' runs (a row's channels line up with packs).
-inline bool bn_packs(const detail::BatchNormDesc& d) {
+inline bool bn_packs(const BnCall& d) {
   const BnView v = view_of(d);
   const int64_t pe = 16 / static_cast<int64_t>(dtype_size(d.t));
   if ((v.columns ? v.c : v.s) % pe) return false;
-  for (const void* p : {d.x, is_grad(d) ? d.dy : nullptr, bn_out(d)})
+  for (const void* p : {d.x, d.dy, static_cast<const void*>(d.out)})
     if (p && misalignment16(p)) return false;
   return true;
 }
@@ -86,7 +115,7 @@ struct BnGeom {
 // over (a few blocks past a wave would take as long as the wave), or, with more channels (tiles)
 // than it holds, take one block each. Each thread gets two batches of kBnUnroll units (rows) where
 // the tensor has them: fewer partials for the finish to add, and still loads enough in flight.
-inline BnGeom bn_geometry(const detail::BatchNormDesc& d, int vec, int64_t target) {
+inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
   BnGeom g;
   g.v = view_of(d);
   g.vec = vec;
@@ -115,10 +144,8 @@ inline BnGeom bn_geometry(const detail::BatchNormDesc& d, int vec, int64_t targe
 // The kernels a row names.
 enum class BnKernel { runs_vec, runs, columns_vec, columns };
 
-// What a fused call runs: the reduction into per-block partial sums, the per-channel finish (the
-// op's per-channel outputs and the elementwise coefficients), the elementwise pass.
+// Runs the call's kernels (batch_norm_kernels.cuh) with kernel k's walk.
 template <class T>
-Status batch_norm_run(std::string_view op, const detail::BatchNormDesc& d, const Context& ctx, const DeviceInfo& dev,
-                      BnKernel k);
+Status batch_norm_run(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev, BnKernel k);
 
 }  // namespace gradops::cuda

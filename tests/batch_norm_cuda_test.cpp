@@ -43,12 +43,13 @@ std::string impl_of(const Problem& p) {
 }
 
 // Ranks 1 to 5; Mc = 0, 1, 2; C = 1, primes, and around the 32-unit channel tile; NCHW runs of
-// 1 (the columns walk), of whole packs and not; NHWC rows of whole packs and not.
+// 1 (the columns walk), of whole 16-byte packs, of 8-byte packs only (14x14 in 16 bits) and neither;
+// NHWC rows of whole packs and not.
 std::vector<std::vector<int64_t>> sweep() {
   return {{0},          {1},          {7},           {3, 0},        {2, 0, 5},    {1, 5},        {5, 1},
           {2, 3},       {13, 7},      {3, 5, 1},     {2, 3, 5},     {4, 3, 64},   {2, 3, 65},    {2, 3, 5, 7},
           {2, 3, 2, 3, 5}, {1, 1, 1, 1, 1}, {1, 3, 1031}, {4, 16, 8, 8}, {3, 40, 7, 7}, {129, 5}, {2, 1, 4099},
-          {257, 8},     {600, 128},   {5, 2, 419},   {4, 130, 3},   {3, 4099}};
+          {257, 8},     {600, 128},   {5, 2, 419},   {4, 130, 3},   {3, 4099},     {3, 5, 14, 14}, {2, 3, 6}};
 }
 
 TEST_F(BatchNormCuda, EveryOpSignatureLayoutShape) {
@@ -94,7 +95,7 @@ TEST_F(BatchNormCuda, KernelPerLayoutAndAlignment) {
       {{2, 16, 8, 8}, false, true, "cuda:runs"},         {{2, 8, 8, 16}, true, false, "cuda:columns_vec16"},
       {{2, 8, 8, 15}, true, false, "cuda:columns"},      {{2, 8, 8, 16}, true, true, "cuda:columns"},
       {{64, 32}, false, false, "cuda:columns_vec16"},    {{4096}, false, false, "cuda:runs_vec16"},
-      {{64, 1}, true, false, "cuda:runs_vec16"},
+      {{64, 1}, true, false, "cuda:runs_vec16"},  {{2, 16, 7, 2}, false, false, "cuda:runs_vec8"},
   };
   for (OpId id : kOps)
     for (const Expect& e : cases) {
@@ -102,6 +103,12 @@ TEST_F(BatchNormCuda, KernelPerLayoutAndAlignment) {
       p.misaligned = e.misaligned;
       EXPECT_EQ(impl_of(p), e.impl) << describe(p);
     }
+  // 16-bit runs of 8-byte packs (ResNet's 14x14) and f64 runs, which have no 8-byte kernel.
+  for (OpId id : kOps) {
+    EXPECT_EQ(impl_of(bn_problem(id, {{DType::bf16, DType::bf16, DType::f32}}, {2, 16, 14, 14}, false, 1)),
+              "cuda:runs_vec8");
+    EXPECT_EQ(impl_of(bn_problem(id, {{DType::f64, DType::f64, DType::f64}}, {2, 16, 7, 1}, false, 1)), "cuda:runs");
+  }
 }
 
 // A pointer off its element size: every CUDA row declines, and the status says why.

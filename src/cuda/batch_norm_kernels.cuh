@@ -535,10 +535,12 @@ Status batch_norm_run(std::string_view op, const BnCall& d, const Context& ctx, 
   };
   using I1 = std::integral_constant<int, 1>;
   using IV = std::integral_constant<int, PV>;
+  using IH = std::integral_constant<int, PV / 2 < 1 ? 1 : PV / 2>;  // 8-byte packs
   using Yes = std::true_type;
   using No = std::false_type;
   switch (k) {
     case BnKernel::runs_vec: return go(IV{}, No{});
+    case BnKernel::runs_vec8: return go(IH{}, No{});
     case BnKernel::runs: return go(I1{}, No{});
     case BnKernel::columns_vec: return go(IV{}, Yes{});
     case BnKernel::columns: break;

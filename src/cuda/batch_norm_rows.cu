@@ -4,6 +4,8 @@
 // the kernel that runs. By the walk a tensor takes (batch_norm_rows.cuh):
 //
 //   cuda:runs_vec16     NCHW runs of whole 16-byte packs, X, dY and the output 16-byte aligned
+//   cuda:runs_vec8      else runs of whole 8-byte packs of 16-bit values (or f32 pairs), 8-byte
+//                       aligned (bf16 14x14: 196 values, 392 bytes)
 //   cuda:runs           NCHW runs, one element per access
 //   cuda:columns_vec16  NHWC rows of whole 16-byte packs, X, dY and the output 16-byte aligned
 //   cuda:columns        NHWC rows, one element per access
@@ -56,12 +58,18 @@ const char* not_columns(const BnCall& d) {
 }
 constexpr const char* kNoPacks =
     "declines: X, dY or the output not on a 16-byte boundary, or runs (rows) not of whole 16-byte packs";
+constexpr const char* kNoPacks8 =
+    "declines: 16-byte packs fit, or X, dY or the output not on an 8-byte boundary, or runs not of whole 8-byte packs "
+    "of at least two elements";
 
 const char* declines(const BnCall& d, BnKernel k) {
   switch (k) {
     case BnKernel::runs_vec:
       if (const char* why = not_runs(d)) return why;
       return bn_packs(d) ? nullptr : kNoPacks;
+    case BnKernel::runs_vec8:
+      if (const char* why = not_runs(d)) return why;
+      return !bn_packs(d) && bn_packs(d, 8) ? nullptr : kNoPacks8;
     case BnKernel::runs: return not_runs(d);
     case BnKernel::columns_vec:
       if (const char* why = not_columns(d)) return why;
@@ -90,6 +98,12 @@ const char* cuda_batch_norm_runs_vec16_declines(const BatchNormDesc& d) {
 }
 Status cuda_batch_norm_runs_vec16(const BatchNormDesc& d, const Context& ctx) {
   return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs_vec);
+}
+const char* cuda_batch_norm_runs_vec8_declines(const BatchNormDesc& d) {
+  return cuda::declines(cuda::call_of(d), BnKernel::runs_vec8);
+}
+Status cuda_batch_norm_runs_vec8(const BatchNormDesc& d, const Context& ctx) {
+  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs_vec8);
 }
 const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d) { return cuda::declines(cuda::call_of(d), BnKernel::runs); }
 Status cuda_batch_norm_runs(const BatchNormDesc& d, const Context& ctx) {

@@ -85,14 +85,15 @@ inline const char* bn_unaligned(const BnCall& d) {
   return nullptr;
 }
 
-// The 16-byte kernels: X, dY and the output on a 16-byte boundary, and every run (row) of whole
-// packs, so that no pack straddles two channels' runs (a row's channels line up with packs).
-inline bool bn_packs(const BnCall& d) {
+// The packed kernels: X, dY and the output on a `bytes` boundary, and every run (row) of whole
+// packs of that size, so that no pack straddles two channels' runs (a row's channels line up with
+// packs).
+inline bool bn_packs(const BnCall& d, int64_t bytes = 16) {
   const BnView v = view_of(d);
-  const int64_t pe = 16 / static_cast<int64_t>(dtype_size(d.t));
-  if ((v.columns ? v.c : v.s) % pe) return false;
+  const int64_t pe = bytes / static_cast<int64_t>(dtype_size(d.t));
+  if (pe < 2 || (v.columns ? v.c : v.s) % pe) return false;
   for (const void* p : {d.x, d.dy, static_cast<const void*>(d.out)})
-    if (p && misalignment16(p)) return false;
+    if (p && !aligned_to(p, static_cast<std::size_t>(bytes))) return false;
   return true;
 }
 
@@ -142,7 +143,7 @@ inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
 }
 
 // The kernels a row names.
-enum class BnKernel { runs_vec, runs, columns_vec, columns };
+enum class BnKernel { runs_vec, runs_vec8, runs, columns_vec, columns };
 
 // Runs the call's kernels (batch_norm_kernels.cuh) with kernel k's walk.
 template <class T>

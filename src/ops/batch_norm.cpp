@@ -15,6 +15,7 @@ constexpr Impl<BatchNormDesc> kImpls[] = {
 #if GRADOPS_HAVE_CUDA
     // One row per kernel, in the order tried (src/cuda/batch_norm_rows.cu says what each takes).
     {"cuda:runs_vec16", DeviceType::cuda, cuda_batch_norm_runs_vec16_declines, cuda_batch_norm_runs_vec16},
+    {"cuda:runs_vec8", DeviceType::cuda, cuda_batch_norm_runs_vec8_declines, cuda_batch_norm_runs_vec8},
     {"cuda:runs", DeviceType::cuda, cuda_batch_norm_runs_declines, cuda_batch_norm_runs},
     {"cuda:columns_vec16", DeviceType::cuda, cuda_batch_norm_columns_vec16_declines, cuda_batch_norm_columns_vec16},
     {"cuda:columns", DeviceType::cuda, cuda_batch_norm_columns_declines, cuda_batch_norm_columns},

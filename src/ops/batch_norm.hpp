@@ -59,6 +59,8 @@ Status cpu_batch_norm(const BatchNormDesc& d, const Context& ctx);
 // CUDA (src/cuda/batch_norm_rows.cu, built with the backend): one row per kernel.
 const char* cuda_batch_norm_runs_vec16_declines(const BatchNormDesc& d);
 Status cuda_batch_norm_runs_vec16(const BatchNormDesc& d, const Context& ctx);
+const char* cuda_batch_norm_runs_vec8_declines(const BatchNormDesc& d);
+Status cuda_batch_norm_runs_vec8(const BatchNormDesc& d, const Context& ctx);
 const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d);
 Status cuda_batch_norm_runs(const BatchNormDesc& d, const Context& ctx);
 const char* cuda_batch_norm_columns_vec16_declines(const BatchNormDesc& d);

@@ -1,5 +1,6 @@
-// The BatchNorm family on CUDA against the float64 oracle and the CPU implementation: both ops,
-// every (T, T1, T2) signature, both layouts; ranks 1 to 5, C = 1 to 8192, each kernel (runs and
+// The BatchNorm family on CUDA against the float64 oracle and the CPU implementation: both ops and
+// the four halves of their split, every signature, both layouts; reduce + apply against the fused
+// op bit for bit, and a batch cut in two with its halves' sums added; ranks 1 to 5, C = 1 to 8192, each kernel (runs and
 // columns, 16-byte packs and single elements); empty and one-value batches; sums near the f16
 // maximum; misaligned bases (and pointers off their element size, declined with a reason); a
 // tensor of more than 2^31 elements in each layout; bitwise repeatability; the caller's stream.
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -197,6 +199,216 @@ TEST_F(BatchNormCuda, RunsOnTheCallersStream) {
       ASSERT_TRUE(r.pass) << r.detail;
     }
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// ---- the split: BatchNormStatsReduce/Apply, BatchNormGradReduce/Apply ----------------------------
+
+constexpr OpId kSplitOps[] = {OpId::BatchNormStatsReduce, OpId::BatchNormStatsApply, OpId::BatchNormGradReduce,
+                              OpId::BatchNormGradApply};
+
+TEST_F(BatchNormCuda, SplitOpsMatchOracleAndCpu) {
+  const std::vector<int64_t> shapes[] = {{0},       {7},        {3, 0},       {1, 5},         {13, 7},
+                                         {4, 3, 64}, {2, 3, 65}, {3, 5, 14, 14}, {2, 3, 5, 7}, {1, 1, 4099},
+                                         {129, 5},  {600, 128}, {4, 40, 7, 7}};
+  uint64_t seed = 6000;
+  for (OpId id : kSplitOps)
+    for (const TypeSignature& sig : op_schema(id).signatures)
+      for (bool last : {false, true})
+        for (const auto& shape : shapes) {
+          Problem p = bn_problem(id, sig, shape, last, seed++);
+          p.attrs.erase("epsilon");
+          p.misaligned = seed % 3 == 0;
+          ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+        }
+}
+
+// A device tensor from host values (or poisoned with NaN where none are given).
+struct Dev {
+  DType t;
+  std::vector<int64_t> shape;
+  std::unique_ptr<DeviceBuffer> buf;
+  Dev(DType type, std::vector<int64_t> s, const std::vector<double>* values = nullptr)
+      : t(type), shape(std::move(s)), buf(std::make_unique<DeviceBuffer>(bytes() + 16)) {
+    std::vector<std::byte> host(bytes());
+    for (int64_t i = 0; i < count_of(shape); ++i)
+      encode(t, values ? (*values)[static_cast<std::size_t>(i)] : std::nan(""), host.data() + i * dtype_size(t));
+    EXPECT_EQ(cudaMemcpy(buf->base, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(count_of(shape)) * dtype_size(t); }
+  TensorView view() const { return TensorView(buf->base, t, std::span<const int64_t>(shape), Device::cuda()); }
+  std::vector<double> values() const { return download(buf->base, t, 0, count_of(shape)); }
+  std::vector<std::byte> raw() const {
+    std::vector<std::byte> host(bytes());
+    EXPECT_EQ(cudaMemcpy(host.data(), buf->base, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+
+// One batch of the fused op's inputs (the oracle's), on the host.
+struct Batch {
+  bool grad;
+  TypeSignature sig;
+  std::vector<int64_t> shape;
+  bool last;
+  int64_t c;
+  std::vector<DType> types;
+  std::vector<std::vector<double>> in;  // the fused op's five inputs
+};
+
+Batch make_batch(bool grad, const TypeSignature& sig, const std::vector<int64_t>& shape, bool last, uint64_t seed) {
+  const OpId id = grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal;
+  Problem p = bn_problem(id, sig, shape, last, seed);
+  oracle::Rng rng(seed);
+  Batch b{grad, sig, shape, last, shape.size() < 2 ? 1 : last ? shape.back() : shape[1], {}, {}};
+  for (int i = 0; i < 5; ++i) b.types.push_back(input_dtype(p, i));
+  const oracle::Tensors t = oracle::make_inputs(op_schema(id).name, shape, full_attrs(p), b.types, rng);
+  for (int i = 0; i < 5; ++i) b.in.push_back(t[static_cast<std::size_t>(i)]->v);
+  return b;
+}
+
+// The inputs of rows [r0, r1) of dim 0 (whole samples; per-channel inputs whole).
+std::vector<Dev> upload(const Batch& b, int64_t r0, int64_t r1) {
+  std::vector<Dev> d;
+  std::vector<int64_t> shape = b.shape;
+  const int64_t per_row = shape.empty() || shape[0] == 0 ? 0 : count_of(shape) / shape[0];
+  shape[0] = r1 - r0;
+  const int xs = b.grad ? 2 : 1;  // dY and X (grad), X (forward): X-shaped inputs first
+  for (int i = 0; i < 5; ++i) {
+    if (i < xs) {
+      const std::vector<double> part(b.in[i].begin() + r0 * per_row, b.in[i].begin() + r1 * per_row);
+      d.emplace_back(b.types[i], shape, &part);
+    } else {
+      d.emplace_back(b.types[i], std::vector<int64_t>{b.c}, &b.in[i]);
+    }
+  }
+  return d;
+}
+std::vector<Dev> outputs(const Batch& b, const std::vector<int64_t>& shape) {
+  std::vector<Dev> o;
+  o.emplace_back(b.sig.types[0], shape);
+  for (int i = 0; i < (b.grad ? 2 : 4); ++i) o.emplace_back(b.sig.types[b.grad ? 1 : 2], std::vector<int64_t>{b.c});
+  return o;
+}
+Status call(OpId id, const std::vector<const Dev*>& in, const std::vector<const Dev*>& out,
+            std::vector<Attribute> attrs) {
+  std::vector<TensorView> iv, ov;
+  for (const Dev* d : in) iv.push_back(d->view());
+  for (const Dev* d : out) ov.push_back(d->view());
+  std::vector<const TensorView*> ip, op;
+  for (auto& v : iv) ip.push_back(&v);
+  for (auto& v : ov) op.push_back(&v);
+  const Status s = run(op_schema(id).name, ip, op, attrs, {});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return s;
+}
+std::vector<const Dev*> ptrs(const std::vector<Dev>& v) {
+  std::vector<const Dev*> r;
+  for (const Dev& d : v) r.push_back(&d);
+  return r;
+}
+std::vector<Attribute> fused_attrs(const Batch& b) {
+  if (b.grad) return {{"epsilon", 1e-5}, {"channels_last", b.last ? 1.0 : 0.0}};
+  return {{"epsilon", 1e-3}, {"momentum", 0.75}, {"channels_last", b.last ? 1.0 : 0.0}};
+}
+std::vector<Attribute> apply_attrs(const Batch& b) {
+  if (b.grad) return {{"channels_last", b.last ? 1.0 : 0.0}};
+  return fused_attrs(b);
+}
+std::vector<Dev> fused(const Batch& b, const std::vector<Dev>& in) {
+  std::vector<Dev> out = outputs(b, b.shape);
+  const Status s = call(b.grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal, ptrs(in), ptrs(out),
+                        fused_attrs(b));
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return out;
+}
+Dev reduce(const Batch& b, const std::vector<Dev>& in) {
+  Dev sums(DType::f64, std::vector<int64_t>{2 * b.c + 1});
+  const std::vector<Attribute> at = {{"channels_last", b.last ? 1.0 : 0.0}};
+  const Status s = b.grad ? call(OpId::BatchNormGradReduce, {&in[0], &in[1], &in[3], &in[4]}, {&sums}, at)
+                          : call(OpId::BatchNormStatsReduce, {&in[0], &in[3]}, {&sums}, at);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return sums;
+}
+std::vector<Dev> apply(const Batch& b, const std::vector<Dev>& in, const Dev& sums, const std::vector<int64_t>& shape) {
+  std::vector<Dev> out = outputs(b, shape);
+  std::vector<const Dev*> ip = ptrs(in);
+  ip.push_back(&sums);
+  const Status s = call(b.grad ? OpId::BatchNormGradApply : OpId::BatchNormStatsApply, ip, ptrs(out), apply_attrs(b));
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return out;
+}
+std::string what(const Batch& b) {
+  std::string s = std::string(b.grad ? "grad" : "forward") + " (" + dtype_name(b.sig.types[0]) + "," +
+                  dtype_name(b.sig.types[1]) + "," + dtype_name(b.sig.types[2]) + ") [";
+  for (std::size_t i = 0; i < b.shape.size(); ++i) s += (i ? "," : "") + std::to_string(b.shape[i]);
+  return s + "]" + (b.last ? " NHWC" : " NCHW");
+}
+
+// Shapes through every CUDA kernel: NCHW runs of 16-byte packs, of 8-byte packs (16-bit 14x14),
+// of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0.
+struct Shape {
+  std::vector<int64_t> shape;
+  bool last;
+};
+const Shape kPaths[] = {{{8, 16, 32, 32}, false}, {{4, 24, 14, 14}, false}, {{6, 40, 7, 7}, false},
+                        {{8, 14, 14, 64}, true},  {{50, 7, 7, 36}, true},   {{1, 1, 70001}, false},
+                        {{20000, 8}, true},       {{1, 5}, false},          {{0, 4, 3}, true}};
+
+// One participant: reduce + apply on the GPU is the fused op there, bit for bit.
+TEST_F(BatchNormCuda, ReduceThenApplyIsTheFusedOpBitwise) {
+  uint64_t seed = 7000;
+  for (bool grad : {true, false})
+    for (const TypeSignature& sig : op_schema(OpId::BatchNormInternal).signatures)
+      for (const Shape& sh : kPaths) {
+        const Batch b = make_batch(grad, sig, sh.shape, sh.last, seed++);
+        const std::vector<Dev> in = upload(b, 0, b.shape.empty() ? 0 : b.shape[0]);
+        const std::vector<Dev> want = fused(b, in);
+        const Dev sums = reduce(b, in);
+        EXPECT_EQ(sums.values().back(), static_cast<double>(count_of(b.shape) / std::max<int64_t>(b.c, 1)))
+            << what(b) << " count";
+        const std::vector<Dev> got = apply(b, in, sums, b.shape);
+        for (std::size_t o = 0; o < want.size(); ++o) EXPECT_EQ(want[o].raw(), got[o].raw()) << what(b) << " output " << o;
+      }
+}
+
+// A batch cut in two along N: each half's sums on the GPU, added as an all-reduce would, then
+// each half's apply with the total; every output matches the fused op on the whole batch (the
+// per-channel ones from either half).
+TEST_F(BatchNormCuda, HalvesWithSummedSumsMatchTheWholeBatch) {
+  uint64_t seed = 8000;
+  const Shape shapes[] = {{{8, 16, 32, 32}, false}, {{6, 40, 7, 7}, false}, {{8, 14, 14, 64}, true}, {{2000, 8}, true}};
+  for (bool grad : {true, false})
+    for (const TypeSignature& sig : {TypeSignature{{DType::f32, DType::f32, DType::f32}},
+                                     TypeSignature{{DType::bf16, DType::bf16, DType::f32}},
+                                     TypeSignature{{DType::f64, DType::f64, DType::f64}}})
+      for (const Shape& sh : shapes) {
+        const Batch b = make_batch(grad, sig, sh.shape, sh.last, seed++);
+        const int64_t n = b.shape[0], h = n / 2 - 1;
+        const std::vector<Dev> whole = upload(b, 0, n), lo = upload(b, 0, h), hi = upload(b, h, n);
+        const std::vector<Dev> want = fused(b, whole);
+        const std::vector<double> s1 = reduce(b, lo).values(), s2 = reduce(b, hi).values();
+        std::vector<double> total(s1.size());
+        for (std::size_t i = 0; i < total.size(); ++i) total[i] = s1[i] + s2[i];
+        const Dev sums(DType::f64, std::vector<int64_t>{2 * b.c + 1}, &total);
+        std::vector<int64_t> shape_lo = b.shape, shape_hi = b.shape;
+        shape_lo[0] = h, shape_hi[0] = n - h;
+        const std::vector<Dev> got_lo = apply(b, lo, sums, shape_lo), got_hi = apply(b, hi, sums, shape_hi);
+        const double rel = sig.types[0] == DType::f64 ? 1e-12 : sig.types[0] == DType::f32 ? 2e-5 : 2e-2;
+        for (std::size_t o = 0; o < want.size(); ++o) {
+          const std::vector<double> w = want[o].values();
+          std::vector<double> g = got_lo[o].values();
+          if (o == 0) {
+            const std::vector<double> g2 = got_hi[o].values();
+            g.insert(g.end(), g2.begin(), g2.end());
+          }
+          ASSERT_EQ(g.size(), w.size());
+          double scale = 0;
+          for (double v : w) scale = std::max(scale, std::fabs(v));
+          for (std::size_t e = 0; e < w.size(); ++e)
+            ASSERT_NEAR(g[e], w[e], rel * (std::fabs(w[e]) + scale * 1e-2 + 1e-6))
+                << what(b) << " output " << o << "[" << e << "]";
+        }
+      }
 }
 
 // ---- more than 2^31 elements ---------------------------------------------------------------------

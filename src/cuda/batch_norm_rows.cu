@@ -18,26 +18,61 @@
 namespace gradops::cuda {
 namespace {
 
-using detail::BatchNormDesc;
+using namespace detail;
 
-BnCall call_of(const BatchNormDesc& d) {
+void set_shape(BnCall& k, const BatchNormShape& s) {
+  k.t = s.t, k.t1 = s.t1, k.t2 = s.t2;
+  k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.channels_last = s.channels_last;
+}
+BnCall call_of(const BatchNormGradDesc& d) {
   BnCall k;
-  k.grad = d.op == OpId::BatchNormalizationGrad;
-  k.t = d.t, k.t1 = d.t1, k.t2 = d.t2;
-  k.n = d.n, k.c = d.c, k.spatial = d.spatial, k.channels_last = d.channels_last;
-  k.x = d.x;
-  k.scale = d.scale;
-  if (k.grad) {
-    k.dy = d.dy, k.mean = d.mean, k.inv_std = d.inv_std;
-    k.out = d.dx, k.dscale = d.dscale, k.dbias = d.dbias;
-  } else {
-    k.bias = d.bias, k.input_mean = d.input_mean, k.input_var = d.input_var;
-    k.out = d.y, k.running_mean = d.running_mean, k.running_var = d.running_var;
-    k.saved_mean = d.saved_mean, k.saved_inv_std = d.saved_inv_std;
-    k.epsilon = d.epsilon, k.momentum = d.momentum;
-  }
+  set_shape(k, d.shape);
+  k.grad = true;
+  k.x = d.x, k.dy = d.dy, k.scale = d.scale, k.mean = d.mean, k.inv_std = d.inv_std;
+  k.out = d.dx, k.dscale = d.dscale, k.dbias = d.dbias;
   return k;
 }
+BnCall call_of(const BatchNormForwardDesc& d) {
+  BnCall k;
+  set_shape(k, d.shape);
+  k.x = d.x, k.scale = d.scale, k.bias = d.bias, k.input_mean = d.input_mean, k.input_var = d.input_var;
+  k.out = d.y, k.running_mean = d.running_mean, k.running_var = d.running_var;
+  k.saved_mean = d.saved_mean, k.saved_inv_std = d.saved_inv_std;
+  k.epsilon = d.epsilon, k.momentum = d.momentum;
+  return k;
+}
+BnCall call_of(const BatchNormGradReduceDesc& d) {
+  BnCall k;
+  set_shape(k, d.shape);
+  k.grad = true, k.mode = BnMode::reduce;
+  k.x = d.x, k.dy = d.dy, k.mean = d.mean, k.inv_std = d.inv_std, k.sums_out = d.sums;
+  return k;
+}
+BnCall call_of(const BatchNormGradApplyDesc& d) {
+  BnCall k = call_of(d.grad);
+  k.mode = BnMode::apply, k.sums_in = d.sums;
+  return k;
+}
+BnCall call_of(const BatchNormStatsReduceDesc& d) {
+  BnCall k;
+  set_shape(k, d.shape);
+  k.mode = BnMode::reduce;
+  k.x = d.x, k.input_mean = d.input_mean, k.sums_out = d.sums;
+  return k;
+}
+BnCall call_of(const BatchNormStatsApplyDesc& d) {
+  BnCall k = call_of(d.fwd);
+  k.mode = BnMode::apply, k.sums_in = d.sums;
+  return k;
+}
+
+template <class Desc> constexpr const char* kOpName = "";
+template <> constexpr const char* kOpName<BatchNormGradDesc> = "BatchNormalizationGrad";
+template <> constexpr const char* kOpName<BatchNormForwardDesc> = "BatchNormInternal";
+template <> constexpr const char* kOpName<BatchNormGradReduceDesc> = "BatchNormGradReduce";
+template <> constexpr const char* kOpName<BatchNormGradApplyDesc> = "BatchNormGradApply";
+template <> constexpr const char* kOpName<BatchNormStatsReduceDesc> = "BatchNormStatsReduce";
+template <> constexpr const char* kOpName<BatchNormStatsApplyDesc> = "BatchNormStatsApply";
 
 // Every row: aligned elements, and a grid that one launch can hold.
 const char* unusable(const BnCall& d) {
@@ -80,7 +115,14 @@ const char* declines(const BnCall& d, BnKernel k) {
 }
 
 Status run_kernel(const BnCall& d, std::string_view op, const Context& ctx, BnKernel k) {
-  if (d.c == 0) return {};  // no channels: every output is empty
+  if (d.c == 0) {  // no channels: every output is empty but the sums' count
+    if (d.mode != BnMode::reduce) return {};
+    // n·spatial in f64: with no channels the other dims may multiply past int64. The runtime
+    // stages a pageable source before the call returns.
+    const double count = static_cast<double>(d.n) * static_cast<double>(d.spatial);
+    return status_of(cudaMemcpyAsync(d.sums_out, &count, sizeof count, cudaMemcpyHostToDevice, stream_of(ctx)), op,
+                     "cudaMemcpyAsync (the count of a call without channels)");
+  }
   DeviceInfo dev;
   if (Status s = current_device(op, &dev); !s) return s;
   return visit_storage(d.t, [&](auto tag) -> Status { return batch_norm_run<decltype(tag)>(op, d, ctx, dev, k); });
@@ -91,35 +133,76 @@ Status run_kernel(const BnCall& d, std::string_view op, const Context& ctx, BnKe
 
 namespace gradops::detail {
 
-using cuda::BnKernel;
+template <class Desc, CudaBatchNormKernel K>
+const char* cuda_batch_norm_declines(const Desc& d) {
+  return cuda::declines(cuda::call_of(d), static_cast<cuda::BnKernel>(K));
+}
+template <class Desc, CudaBatchNormKernel K>
+Status cuda_batch_norm_run(const Desc& d, const Context& ctx) {
+  return cuda::run_kernel(cuda::call_of(d), cuda::kOpName<Desc>, ctx, static_cast<cuda::BnKernel>(K));
+}
 
-const char* cuda_batch_norm_runs_vec16_declines(const BatchNormDesc& d) {
-  return cuda::declines(cuda::call_of(d), BnKernel::runs_vec);
-}
-Status cuda_batch_norm_runs_vec16(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs_vec);
-}
-const char* cuda_batch_norm_runs_vec8_declines(const BatchNormDesc& d) {
-  return cuda::declines(cuda::call_of(d), BnKernel::runs_vec8);
-}
-Status cuda_batch_norm_runs_vec8(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs_vec8);
-}
-const char* cuda_batch_norm_runs_declines(const BatchNormDesc& d) { return cuda::declines(cuda::call_of(d), BnKernel::runs); }
-Status cuda_batch_norm_runs(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::runs);
-}
-const char* cuda_batch_norm_columns_vec16_declines(const BatchNormDesc& d) {
-  return cuda::declines(cuda::call_of(d), BnKernel::columns_vec);
-}
-Status cuda_batch_norm_columns_vec16(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::columns_vec);
-}
-const char* cuda_batch_norm_columns_declines(const BatchNormDesc& d) {
-  return cuda::declines(cuda::call_of(d), BnKernel::columns);
-}
-Status cuda_batch_norm_columns(const BatchNormDesc& d, const Context& ctx) {
-  return cuda::run_kernel(cuda::call_of(d), op_schema(d.op).name, ctx, BnKernel::columns);
-}
+// Every row for every op.
+using K = CudaBatchNormKernel;
+template const char* cuda_batch_norm_declines<BatchNormGradDesc, K::runs_vec16>(const BatchNormGradDesc&);
+template Status cuda_batch_norm_run<BatchNormGradDesc, K::runs_vec16>(const BatchNormGradDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradDesc, K::runs_vec8>(const BatchNormGradDesc&);
+template Status cuda_batch_norm_run<BatchNormGradDesc, K::runs_vec8>(const BatchNormGradDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradDesc, K::runs>(const BatchNormGradDesc&);
+template Status cuda_batch_norm_run<BatchNormGradDesc, K::runs>(const BatchNormGradDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradDesc, K::columns_vec16>(const BatchNormGradDesc&);
+template Status cuda_batch_norm_run<BatchNormGradDesc, K::columns_vec16>(const BatchNormGradDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradDesc, K::columns>(const BatchNormGradDesc&);
+template Status cuda_batch_norm_run<BatchNormGradDesc, K::columns>(const BatchNormGradDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormForwardDesc, K::runs_vec16>(const BatchNormForwardDesc&);
+template Status cuda_batch_norm_run<BatchNormForwardDesc, K::runs_vec16>(const BatchNormForwardDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormForwardDesc, K::runs_vec8>(const BatchNormForwardDesc&);
+template Status cuda_batch_norm_run<BatchNormForwardDesc, K::runs_vec8>(const BatchNormForwardDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormForwardDesc, K::runs>(const BatchNormForwardDesc&);
+template Status cuda_batch_norm_run<BatchNormForwardDesc, K::runs>(const BatchNormForwardDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormForwardDesc, K::columns_vec16>(const BatchNormForwardDesc&);
+template Status cuda_batch_norm_run<BatchNormForwardDesc, K::columns_vec16>(const BatchNormForwardDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormForwardDesc, K::columns>(const BatchNormForwardDesc&);
+template Status cuda_batch_norm_run<BatchNormForwardDesc, K::columns>(const BatchNormForwardDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradReduceDesc, K::runs_vec16>(const BatchNormGradReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormGradReduceDesc, K::runs_vec16>(const BatchNormGradReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradReduceDesc, K::runs_vec8>(const BatchNormGradReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormGradReduceDesc, K::runs_vec8>(const BatchNormGradReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradReduceDesc, K::runs>(const BatchNormGradReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormGradReduceDesc, K::runs>(const BatchNormGradReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradReduceDesc, K::columns_vec16>(const BatchNormGradReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormGradReduceDesc, K::columns_vec16>(const BatchNormGradReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradReduceDesc, K::columns>(const BatchNormGradReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormGradReduceDesc, K::columns>(const BatchNormGradReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradApplyDesc, K::runs_vec16>(const BatchNormGradApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormGradApplyDesc, K::runs_vec16>(const BatchNormGradApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradApplyDesc, K::runs_vec8>(const BatchNormGradApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormGradApplyDesc, K::runs_vec8>(const BatchNormGradApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradApplyDesc, K::runs>(const BatchNormGradApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormGradApplyDesc, K::runs>(const BatchNormGradApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradApplyDesc, K::columns_vec16>(const BatchNormGradApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormGradApplyDesc, K::columns_vec16>(const BatchNormGradApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormGradApplyDesc, K::columns>(const BatchNormGradApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormGradApplyDesc, K::columns>(const BatchNormGradApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsReduceDesc, K::runs_vec16>(const BatchNormStatsReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsReduceDesc, K::runs_vec16>(const BatchNormStatsReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsReduceDesc, K::runs_vec8>(const BatchNormStatsReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsReduceDesc, K::runs_vec8>(const BatchNormStatsReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsReduceDesc, K::runs>(const BatchNormStatsReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsReduceDesc, K::runs>(const BatchNormStatsReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsReduceDesc, K::columns_vec16>(const BatchNormStatsReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsReduceDesc, K::columns_vec16>(const BatchNormStatsReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsReduceDesc, K::columns>(const BatchNormStatsReduceDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsReduceDesc, K::columns>(const BatchNormStatsReduceDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsApplyDesc, K::runs_vec16>(const BatchNormStatsApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsApplyDesc, K::runs_vec16>(const BatchNormStatsApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsApplyDesc, K::runs_vec8>(const BatchNormStatsApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsApplyDesc, K::runs_vec8>(const BatchNormStatsApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsApplyDesc, K::runs>(const BatchNormStatsApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsApplyDesc, K::runs>(const BatchNormStatsApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsApplyDesc, K::columns_vec16>(const BatchNormStatsApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsApplyDesc, K::columns_vec16>(const BatchNormStatsApplyDesc&, const Context&);
+template const char* cuda_batch_norm_declines<BatchNormStatsApplyDesc, K::columns>(const BatchNormStatsApplyDesc&);
+template Status cuda_batch_norm_run<BatchNormStatsApplyDesc, K::columns>(const BatchNormStatsApplyDesc&, const Context&);
 
 }  // namespace gradops::detail

@@ -142,7 +142,7 @@ inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
   return g;
 }
 
-// The kernels a row names.
+// The kernels a row names (in the order of detail::CudaBatchNormKernel).
 enum class BnKernel { runs_vec, runs_vec8, runs, columns_vec, columns };
 
 // Runs the call's kernels (batch_norm_kernels.cuh) with kernel k's walk.

@@ -18,7 +18,9 @@ namespace {
 // (src/cuda/batch_norm_rows.cu says what each takes).
 template <class Desc>
 constexpr auto impls(Status (*cpu)(const Desc&, const Context&)) {
+#if GRADOPS_HAVE_CUDA
   using K = CudaBatchNormKernel;
+#endif
   return std::array{
       Impl<Desc>{"cpu:simd", DeviceType::cpu, nullptr, cpu, nullptr, cpu_simd_target},
 #if GRADOPS_HAVE_CUDA

@@ -11,7 +11,9 @@
 //   cuda:columns        NHWC rows, one element per access
 //
 // (NCHW with one spatial position is NHWC memory and takes the columns rows; a single channel in
-// either layout is one run.) The kernels are in batch_norm_kernels.cuh, compiled per storage type
+// either layout is one run.) Every row takes all six ops of the family: each op's descriptor
+// becomes one BnCall (call_of), and the split's halves run the fused op's kernels up to or from
+// the sums. The kernels are in batch_norm_kernels.cuh, compiled per storage type
 // (batch_norm_<dtype>.cu).
 #include "cuda/batch_norm_rows.cuh"
 

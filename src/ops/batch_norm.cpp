@@ -2,6 +2,7 @@
 // lists.
 #include "ops/batch_norm.hpp"
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -13,28 +14,41 @@ namespace {
 
 // One list per op (each has its own descriptor). A backend that covers several ops adds a row to
 // each, and the family's rows below once, with `implements` naming its ops where it lacks some.
-constexpr Impl<BatchNormGradDesc> kGradImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad, nullptr, cpu_simd_target},
-};
-constexpr Impl<BatchNormForwardDesc> kForwardImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_forward, nullptr, cpu_simd_target},
-};
-constexpr Impl<BatchNormStatsReduceDesc> kStatsReduceImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_stats_reduce, nullptr, cpu_simd_target},
-};
-constexpr Impl<BatchNormStatsApplyDesc> kStatsApplyImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_stats_apply, nullptr, cpu_simd_target},
-};
-constexpr Impl<BatchNormGradReduceDesc> kGradReduceImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad_reduce, nullptr, cpu_simd_target},
-};
-constexpr Impl<BatchNormGradApplyDesc> kGradApplyImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad_apply, nullptr, cpu_simd_target},
-};
-// What supports(), implementations() and `gradops list` read: the CPU row runs every op.
-constexpr RowInfo kRows[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr},
-};
+// The CUDA rows, one per kernel and the same for every op, in the order tried
+// (src/cuda/batch_norm_rows.cu says what each takes).
+template <class Desc>
+constexpr auto impls(Status (*cpu)(const Desc&, const Context&)) {
+#if GRADOPS_HAVE_CUDA
+  using K = CudaBatchNormKernel;
+#endif
+  return std::array{
+      Impl<Desc>{"cpu:simd", DeviceType::cpu, nullptr, cpu, nullptr, cpu_simd_target},
+#if GRADOPS_HAVE_CUDA
+      Impl<Desc>{"cuda:runs_vec16", DeviceType::cuda, cuda_batch_norm_declines<Desc, K::runs_vec16>,
+                 cuda_batch_norm_run<Desc, K::runs_vec16>},
+      Impl<Desc>{"cuda:runs_vec8", DeviceType::cuda, cuda_batch_norm_declines<Desc, K::runs_vec8>,
+                 cuda_batch_norm_run<Desc, K::runs_vec8>},
+      Impl<Desc>{"cuda:runs", DeviceType::cuda, cuda_batch_norm_declines<Desc, K::runs>,
+                 cuda_batch_norm_run<Desc, K::runs>},
+      Impl<Desc>{"cuda:columns_vec16", DeviceType::cuda, cuda_batch_norm_declines<Desc, K::columns_vec16>,
+                 cuda_batch_norm_run<Desc, K::columns_vec16>},
+      Impl<Desc>{"cuda:columns", DeviceType::cuda, cuda_batch_norm_declines<Desc, K::columns>,
+                 cuda_batch_norm_run<Desc, K::columns>},
+#endif
+  };
+}
+constexpr auto kGradImpls = impls<BatchNormGradDesc>(cpu_batch_norm_grad);
+constexpr auto kForwardImpls = impls<BatchNormForwardDesc>(cpu_batch_norm_forward);
+constexpr auto kStatsReduceImpls = impls<BatchNormStatsReduceDesc>(cpu_batch_norm_stats_reduce);
+constexpr auto kStatsApplyImpls = impls<BatchNormStatsApplyDesc>(cpu_batch_norm_stats_apply);
+constexpr auto kGradReduceImpls = impls<BatchNormGradReduceDesc>(cpu_batch_norm_grad_reduce);
+constexpr auto kGradApplyImpls = impls<BatchNormGradApplyDesc>(cpu_batch_norm_grad_apply);
+// What supports(), implementations() and `gradops list` read: every row runs every op.
+constexpr auto kRows = [] {
+  std::array<RowInfo, kGradImpls.size()> r{};
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = {kGradImpls[i].name, kGradImpls[i].device, kGradImpls[i].implements};
+  return r;
+}();
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
 

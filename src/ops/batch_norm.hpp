@@ -129,4 +129,12 @@ Status cpu_batch_norm_stats_apply(const BatchNormStatsApplyDesc& d, const Contex
 Status cpu_batch_norm_grad_reduce(const BatchNormGradReduceDesc& d, const Context& ctx);
 Status cpu_batch_norm_grad_apply(const BatchNormGradApplyDesc& d, const Context& ctx);
 
+// CUDA (src/cuda/batch_norm_rows.cu, built with the backend): one row per kernel, each taking every
+// op of the family; instantiated there for the six descriptors.
+enum class CudaBatchNormKernel { runs_vec16, runs_vec8, runs, columns_vec16, columns };
+template <class Desc, CudaBatchNormKernel K>
+const char* cuda_batch_norm_declines(const Desc& d);
+template <class Desc, CudaBatchNormKernel K>
+Status cuda_batch_norm_run(const Desc& d, const Context& ctx);
+
 }  // namespace gradops::detail

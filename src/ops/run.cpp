@@ -1,6 +1,7 @@
 // The checks every op shares, in the order a user would want to hear about them, and the hand-off
 // to the op's family. Nothing here or in a family's op layer writes to an output.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -164,6 +165,7 @@ Status check_aliasing(const OpCall& c) {
 Status check_types(OpCall& c) {
   const OpSchema& op = *c.op;
   constexpr int kUnset = -1;
+  // One slot per type variable a signature can hold (T, T1, T2 and the split's S).
   constexpr std::size_t kVars = std::tuple_size_v<decltype(TypeSignature::types)>;
   std::array<int, kVars> var;
   var.fill(kUnset);

@@ -1,0 +1,551 @@
+// BatchNorm family, CUDA kernels: BatchNormalizationGrad and BatchNormInternal (training) and the
+// halves of their split, launches on the context's stream, each launched while the one before
+// drains:
+//
+//   reduce   every block sums its part of a channel (two sums per channel, in the compute type:
+//            grad Σ dY and Σ dY·(x - mean); forward Σ (x - K0) and Σ (x - K0)², K0 the channel's
+//            first value, so that the variance of data far from zero keeps its digits) and leaves
+//            them in a partials buffer [2][groups][c]
+//   sums     per channel, the groups' partials added in f64 in a fixed order (column_sum.cuh's: 32
+//            lanes over the groups, then the lanes in order), as the split's sums: grad Σ dY and
+//            Σ dY·x̂; forward Σ (x - K) and Σ (x - K)², K = input_mean (moved from K0 in f64)
+//   finish   per channel, from the sums and their count: the op's per-channel outputs and the
+//            elementwise coefficients [4][c] (a, b, c, mean); the fused op runs it in the sums
+//            kernel on the values it has just formed, the apply half on the given sums
+//   apply    grad dX = a·dY + (c·(x - mean) + b); forward Y = (x - mean)·a + b
+//
+// The grid, and so every bit of every output, depends on the shape (and the device's
+// multiprocessor count) alone: no atomics. No block waits for another, so no launch can stall
+// behind kernels that hold multiprocessors (an all-reduce on another stream, say). The apply walks
+// the blocks in the reverse order of the reduction: what the reduction read last is still in L2,
+// and a tensor pair that fits in L2 comes from memory once.
+//
+// Two walks (batch_norm_rows.cuh, BnView): runs, n contiguous runs of s values per channel (NCHW),
+// a block per (channel, share of its runs' units); columns, rows of c channels (NHWC), a block per
+// (tile of up to 32 units of channels, share of the rows), each thread one unit of channels down
+// its rows. A unit is a 16-byte pack (the _vec rows) or one element.
+#pragma once
+
+#include <cmath>
+
+#include "core/workspace.hpp"
+#include "cuda/batch_norm_rows.cuh"
+#include "cuda/common.cuh"
+#include "cuda/reduce.cuh"
+
+namespace gradops::cuda {
+
+struct BnArgs {
+  const void* x;
+  const void* dy;  // grad
+  void* out;       // dX or Y
+  const void* scale;
+  const void* bias;
+  const void* mean;     // grad: the saved mean
+  const void* inv_std;  // grad: the saved inverse std
+  const void* input_mean;
+  const void* input_var;
+  void* dscale;
+  void* dbias;
+  void* running_mean;
+  void* running_var;
+  void* saved_mean;
+  void* saved_inv_std;
+  DType t1, t2;
+  float epsilon, momentum;
+  void* partial;  // compute type [2][groups][c]
+  void* coef;     // compute type [4][c]
+  double* sums_out;
+  const double* sums_in;
+  int64_t n, c, s, count;
+  int64_t units, per_channel, groups, tiles, step_div, step_mod;
+  int tw, rb;
+};
+
+// ---- per-channel values of the statistics' and parameters' types --------------------------------
+
+template <class A>
+__device__ __forceinline__ A load_dt(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f64: return static_cast<A>(static_cast<const double*>(p)[i]);
+    case DType::f16: return static_cast<A>(__half2float(static_cast<const __half*>(p)[i]));
+    case DType::bf16: return static_cast<A>(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    case DType::f32: break;
+  }
+  return static_cast<A>(static_cast<const float*>(p)[i]);
+}
+template <class A>
+__device__ __forceinline__ void store_dt(DType t, void* p, int64_t i, A v) {
+  if (!p) return;
+  switch (t) {
+    case DType::f64: static_cast<double*>(p)[i] = static_cast<double>(v); return;
+    case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v)); return;
+    case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v)); return;
+    case DType::f32: break;
+  }
+  static_cast<float*>(p)[i] = static_cast<float>(v);
+}
+
+// The channel's first value: the forward's shift K (the reduction and the finish read the same).
+__device__ __forceinline__ int64_t first_of(const BnArgs& a, int64_t c, bool columns) { return columns ? c : c * a.s; }
+
+// The channel's centre during the reduction: the saved mean (grad) or K (forward).
+template <class T, bool kGrad, bool kColumns>
+__device__ __forceinline__ compute_t<T> centre_of(const BnArgs& a, int64_t c) {
+  using A = compute_t<T>;
+  if constexpr (kGrad) return load_dt<A>(a.t2, a.mean, c);
+  else return static_cast<A>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)]));
+}
+
+template <bool kGrad, class A>
+__device__ __forceinline__ void accumulate(Sum2<A>& acc, A x, A g, A mu) {
+  const A e = x - mu;
+  if constexpr (kGrad) {
+    acc.a += g;
+    acc.b = dfma(g, e, acc.b);
+  } else {
+    acc.a += e;
+    acc.b = dfma(e, e, acc.b);
+  }
+}
+
+// ---- runs ---------------------------------------------------------------------------------------
+
+// A thread's place in its block's share [begin, end) of a channel's n·units units: unit u is unit
+// j of run i; the block's threads take every kBnThreads-th unit.
+struct RunCursor {
+  int64_t u, end, i, j;
+  __device__ __forceinline__ RunCursor(const BnArgs& a, int64_t g) {
+    const int64_t begin = g * a.per_channel / a.groups;
+    end = (g + 1) * a.per_channel / a.groups;
+    u = begin + threadIdx.x;
+    i = u / a.units;
+    j = u - i * a.units;
+  }
+  __device__ __forceinline__ int64_t index(const BnArgs& a, int64_t c) const { return (i * a.c + c) * a.units + j; }
+  __device__ __forceinline__ void next(const BnArgs& a) {
+    u += kBnThreads;
+    i += a.step_div;
+    j += a.step_mod;
+    if (j >= a.units) j -= a.units, ++i;
+  }
+};
+
+template <class T, int VEC, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  __shared__ ReduceSmem<Sum2<A>> sm;
+  const int64_t c = blockIdx.x / a.groups, g = blockIdx.x % a.groups;
+  const A mu = centre_of<T, kGrad, false>(a, c);
+  const P* x = static_cast<const P*>(a.x);
+  const P* dy = static_cast<const P*>(a.dy);
+  Sum2<A> acc{A(0), A(0)};
+  RunCursor cur(a, g);
+  while (cur.u < cur.end) {
+    P xs[kBnUnroll], gs[kBnUnroll];
+    bool ok[kBnUnroll];
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k) {
+      ok[k] = cur.u < cur.end;
+      if (ok[k]) {
+        const int64_t idx = cur.index(a, c);
+        xs[k] = x[idx];
+        if constexpr (kGrad) gs[k] = dy[idx];
+      }
+      cur.next(a);
+    }
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k)
+      if (ok[k])
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          accumulate<kGrad>(acc, static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0), mu);
+  }
+  // The finish may launch once every block is here (it waits for this grid's end): earlier, its
+  // blocks would hold multiprocessors that a second wave of this grid needs.
+  griddep_launch_dependents();
+  const Sum2<A> t = block_allreduce<Sum2Op<A>, 1>(acc, sm, 0);
+  if (threadIdx.x == 0) {
+    A* p = static_cast<A*>(a.partial);
+    p[g * a.c + c] = t.a;
+    p[(a.groups + g) * a.c + c] = t.b;
+  }
+}
+
+template <class T, int VEC, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) runs_apply_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  griddep_wait();  // the finish's coefficients
+  const int64_t b = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the reduction's last blocks first
+  const int64_t c = b / a.groups, g = b % a.groups;
+  const A* cf = static_cast<const A*>(a.coef);
+  const A ca = cf[c], cb = cf[a.c + c], cc = cf[2 * a.c + c], mu = cf[3 * a.c + c];
+  const P* x = static_cast<const P*>(a.x);
+  const P* dy = static_cast<const P*>(a.dy);
+  P* out = static_cast<P*>(a.out);
+  RunCursor cur(a, g);
+  while (cur.u < cur.end) {
+    P xs[kBnUnroll], gs[kBnUnroll];
+    int64_t at[kBnUnroll];
+    bool ok[kBnUnroll];
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k) {
+      ok[k] = cur.u < cur.end;
+      at[k] = cur.index(a, c);
+      if (ok[k]) {
+        xs[k] = load_pack<1>(x + at[k]);
+        if constexpr (kGrad) gs[k] = load_pack<1>(dy + at[k]);
+      }
+      cur.next(a);
+    }
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k)
+      if (ok[k]) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const A xe = static_cast<A>(unpack(xs[k], e)) - mu;
+          A v;
+          if constexpr (kGrad) v = dfma(ca, static_cast<A>(unpack(gs[k], e)), dfma(cc, xe, cb));
+          else v = dfma(xe, ca, cb);
+          o.v[e] = from_compute<T>(v);
+        }
+        store_pack<1>(out + at[k], o);
+      }
+  }
+}
+
+// ---- columns ------------------------------------------------------------------------------------
+
+template <class T, int VEC, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) columns_reduce_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  __shared__ A s1[kBnThreads * VEC], s2[kBnThreads * VEC];
+  const int64_t tile = blockIdx.x % a.tiles, g = blockIdx.x / a.tiles;
+  const int tx = static_cast<int>(threadIdx.x) % a.tw, ty = static_cast<int>(threadIdx.x) / a.tw;
+  const int64_t cu = tile * a.tw + tx;
+  const bool live = ty < a.rb && cu < a.units;
+  const int64_t r0 = g * a.n / a.groups, r1 = (g + 1) * a.n / a.groups;
+  A mu[VEC];
+  Sum2<A> acc[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    mu[e] = live ? centre_of<T, kGrad, true>(a, cu * VEC + e) : A(0);
+    acc[e] = {A(0), A(0)};
+  }
+  const P* x = static_cast<const P*>(a.x);
+  const P* dy = static_cast<const P*>(a.dy);
+  const int64_t rb = a.rb;
+  if (live)
+    for (int64_t r = r0 + ty; r < r1; r += rb * kBnUnroll) {
+      P xs[kBnUnroll], gs[kBnUnroll];
+#pragma unroll
+      for (int k = 0; k < kBnUnroll; ++k)
+        if (r + k * rb < r1) {
+          const int64_t idx = (r + k * rb) * a.units + cu;
+          xs[k] = x[idx];
+          if constexpr (kGrad) gs[k] = dy[idx];
+        }
+#pragma unroll
+      for (int k = 0; k < kBnUnroll; ++k)
+        if (r + k * rb < r1)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            accumulate<kGrad>(acc[e], static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0),
+                              mu[e]);
+    }
+  griddep_launch_dependents();
+  // The block's rows of each column, pairwise in ty (a fixed tree), through shared memory.
+  const int slot = static_cast<int>(threadIdx.x) * VEC;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) s1[slot + e] = acc[e].a, s2[slot + e] = acc[e].b;
+  for (int h = 1; h < a.rb; h *= 2) {
+    __syncthreads();
+    if (ty % (2 * h) == 0 && ty + h < a.rb) {
+      const int other = slot + h * a.tw * VEC;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s1[slot + e] += s1[other + e], s2[slot + e] += s2[other + e];
+    }
+  }
+  __syncthreads();
+  if (ty == 0 && cu < a.units) {
+    A* p = static_cast<A*>(a.partial);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      p[g * a.c + cu * VEC + e] = s1[slot + e];
+      p[(a.groups + g) * a.c + cu * VEC + e] = s2[slot + e];
+    }
+  }
+}
+
+template <class T, int VEC, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  griddep_wait();
+  const int64_t b = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
+  const int64_t tile = b % a.tiles, g = b / a.tiles;
+  const int tx = static_cast<int>(threadIdx.x) % a.tw, ty = static_cast<int>(threadIdx.x) / a.tw;
+  const int64_t cu = tile * a.tw + tx;
+  if (ty >= a.rb || cu >= a.units) return;
+  const int64_t r0 = g * a.n / a.groups, r1 = (g + 1) * a.n / a.groups;
+  const A* cf = static_cast<const A*>(a.coef);
+  A ca[VEC], cb[VEC], cc[VEC], mu[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const int64_t ch = cu * VEC + e;
+    ca[e] = cf[ch], cb[e] = cf[a.c + ch], cc[e] = cf[2 * a.c + ch], mu[e] = cf[3 * a.c + ch];
+  }
+  const P* x = static_cast<const P*>(a.x);
+  const P* dy = static_cast<const P*>(a.dy);
+  P* out = static_cast<P*>(a.out);
+  const int64_t rb = a.rb;
+  for (int64_t r = r0 + ty; r < r1; r += rb * kBnUnroll) {
+    P xs[kBnUnroll], gs[kBnUnroll];
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k)
+      if (r + k * rb < r1) {
+        const int64_t idx = (r + k * rb) * a.units + cu;
+        xs[k] = load_pack<1>(x + idx);
+        if constexpr (kGrad) gs[k] = load_pack<1>(dy + idx);
+      }
+#pragma unroll
+    for (int k = 0; k < kBnUnroll; ++k)
+      if (r + k * rb < r1) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const A xe = static_cast<A>(unpack(xs[k], e)) - mu[e];
+          A v;
+          if constexpr (kGrad) v = dfma(ca[e], static_cast<A>(unpack(gs[k], e)), dfma(cc[e], xe, cb[e]));
+          else v = dfma(xe, ca[e], cb[e]);
+          o.v[e] = from_compute<T>(v);
+        }
+        store_pack<1>(out + (r + k * rb) * a.units + cu, o);
+      }
+  }
+}
+
+// ---- finish -------------------------------------------------------------------------------------
+
+// Channel c's outputs and coefficients from its two sums over `count` values (this call's, or
+// every participant's for the split's apply half): the CPU's formulas (src/cpu/batch_norm.cpp).
+template <class T, bool kGrad>
+__device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double sum1, double sum2, double count) {
+  using A = compute_t<T>;
+  A* cf = static_cast<A*>(a.coef);
+  const bool any = count > 0;
+  if constexpr (kGrad) {
+    // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean), so that
+    // x - mean is formed before any scaling.
+    const A inv_count = any ? A(1) / static_cast<A>(count) : A(0);
+    const A istd = load_dt<A>(a.t2, a.inv_std, c);
+    const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
+    store_dt(a.t1, a.dbias, c, s1);
+    store_dt(a.t1, a.dscale, c, s2);
+    const A k = load_dt<A>(a.t1, a.scale, c) * istd;
+    cf[c] = k;
+    cf[a.c + c] = -(k * (s1 * inv_count));
+    cf[2 * a.c + c] = -(k * istd) * (s2 * inv_count);
+    cf[3 * a.c + c] = load_dt<A>(a.t2, a.mean, c);
+  } else {
+    // Mc = 0: the running statistics pass through, the saved ones are an empty sum's (mean 0,
+    // variance 0). Mc = 1: the unbiased variance is undefined and running_var becomes NaN. The
+    // statistics are formed in f64 from the sums about K = input_mean.
+    const double eps = a.epsilon, mom = a.momentum, keep = 1 - mom;
+    const double old_mean = load_dt<double>(a.t2, a.input_mean, c), old_var = load_dt<double>(a.t2, a.input_var, c);
+    double mu = 0, var = 0, unbiased = NAN;
+    if (any) {
+      const double dev = sum1 / count;
+      double m2 = count > 1 ? sum2 - sum1 * dev : 0.0;  // one value has no spread
+      if (m2 < 0) m2 = 0;                               // rounding; NaN stays NaN
+      mu = old_mean + dev;
+      var = m2 / count;
+      if (count > 1) unbiased = m2 / (count - 1);
+    }
+    const double istd = 1 / ::sqrt(var + eps);
+    store_dt(a.t2, a.saved_mean, c, static_cast<A>(mu));
+    store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(istd));
+    store_dt(a.t2, a.running_mean, c, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
+    store_dt(a.t2, a.running_var, c, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
+    cf[c] = static_cast<A>(istd * load_dt<double>(a.t1, a.scale, c));
+    cf[a.c + c] = load_dt<A>(a.t1, a.bias, c);
+    cf[2 * a.c + c] = A(0);
+    cf[3 * a.c + c] = static_cast<A>(mu);
+  }
+}
+
+inline constexpr int kBnFinishLanes = 32;
+
+// 32 channels a block: lane ty of 32 adds groups ty, ty + 32, ... of its channel in f64, then the
+// lane sums in lane order (column_sum.cuh's order), both sums at once; then the split's sums.
+// kFinish: finish from them (the fused op); else store them (the reduce half).
+template <class T, bool kGrad, bool kColumns, bool kFinish>
+__global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  __shared__ double l1[kBnFinishLanes][33], l2[kBnFinishLanes][33];
+  griddep_wait();  // launched while the reduction drains: its partials are complete only now
+  griddep_launch_dependents();  // the elementwise grid may take the multiprocessors this one leaves
+  const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  const A* p1 = static_cast<const A*>(a.partial);
+  const A* p2 = p1 + a.groups * a.c;
+  // The loads of kBatch groups at a time are issued together (each is a trip to L2).
+  constexpr int kBatch = 8;
+  double s1 = 0, s2 = 0;
+  if (c < a.c)
+    for (int64_t g0 = ty; g0 < a.groups; g0 += kBnFinishLanes * kBatch) {
+      A v1[kBatch], v2[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t g = g0 + int64_t{k} * kBnFinishLanes;
+        if (g < a.groups) v1[k] = __ldcg(p1 + g * a.c + c), v2[k] = __ldcg(p2 + g * a.c + c);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (g0 + int64_t{k} * kBnFinishLanes < a.groups) s1 += v1[k], s2 += v2[k];
+    }
+  l1[ty][tx] = s1;
+  l2[ty][tx] = s2;
+  __syncthreads();
+  if (ty != 0 || c >= a.c) return;
+  double t1 = l1[0][tx], t2 = l2[0][tx];
+  for (int k = 1; k < kBnFinishLanes; ++k) t1 += l1[k][tx], t2 += l2[k][tx];
+  const double count = static_cast<double>(a.count);
+  double sum1, sum2;
+  if constexpr (kGrad) {
+    // Σ dY·x̂ = inv_std·Σ dY·(x - mean), in the compute type as the CPU forms it.
+    sum1 = static_cast<double>(static_cast<A>(t1));
+    sum2 = static_cast<double>(load_dt<A>(a.t2, a.inv_std, c) * static_cast<A>(t2));
+  } else {
+    // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
+    // d = K0 - K.
+    const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
+    const double d = k0 - load_dt<double>(a.t2, a.input_mean, c);
+    sum1 = t1 + count * d;
+    sum2 = t2 + 2 * d * t1 + count * d * d;
+  }
+  if constexpr (kFinish) {
+    finish_from<T, kGrad>(a, c, sum1, sum2, count);
+  } else {
+    a.sums_out[c] = sum1;
+    a.sums_out[a.c + c] = sum2;
+    if (c == 0) a.sums_out[2 * a.c] = count;
+  }
+}
+
+// The split's apply half: the outputs and coefficients of each channel from the given sums.
+template <class T, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) finish_kernel(BnArgs a) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
+  if (c < a.c) finish_from<T, kGrad>(a, c, a.sums_in[c], a.sums_in[a.c + c], a.sums_in[2 * a.c]);
+}
+
+// ---- launches -----------------------------------------------------------------------------------
+
+template <class T, int VEC, bool kGrad, bool kColumns>
+Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev) {
+  using A = compute_t<T>;
+  constexpr auto reduce = kColumns ? columns_reduce_kernel<T, VEC, kGrad> : runs_reduce_kernel<T, VEC, kGrad>;
+  constexpr auto apply = kColumns ? columns_apply_kernel<T, VEC, kGrad> : runs_apply_kernel<T, VEC, kGrad>;
+  int per_sm = 1;
+  if (Status s = blocks_per_sm<reduce>(op, dev, kBnThreads, &per_sm); !s) return s;
+  const BnGeom g = bn_geometry(d, VEC, int64_t{dev.sm_count} * per_sm);
+  BnArgs a{};
+  a.x = d.x;
+  a.dy = d.dy;
+  a.out = d.out;
+  a.scale = d.scale;
+  a.bias = d.bias;
+  a.mean = d.mean;
+  a.inv_std = d.inv_std;
+  a.input_mean = d.input_mean;
+  a.input_var = d.input_var;
+  a.dscale = d.dscale;
+  a.dbias = d.dbias;
+  a.running_mean = d.running_mean;
+  a.running_var = d.running_var;
+  a.saved_mean = d.saved_mean;
+  a.saved_inv_std = d.saved_inv_std;
+  a.t1 = d.t1;
+  a.t2 = d.t2;
+  a.epsilon = d.epsilon;
+  a.momentum = d.momentum;
+  a.sums_out = d.sums_out;
+  a.sums_in = d.sums_in;
+  a.n = g.v.n;
+  a.c = g.v.c;
+  a.s = g.v.s;
+  a.count = g.v.count;
+  a.units = g.units;
+  a.per_channel = g.per_channel;
+  a.groups = g.groups;
+  a.tiles = g.tiles;
+  a.step_div = g.step_div;
+  a.step_mod = g.step_mod;
+  a.tw = g.tw;
+  a.rb = g.rb;
+  // Scratch: the partials (not the apply half), the coefficients (not the reduce half).
+  const int64_t partials = d.mode == BnMode::apply ? 0 : 2 * g.groups * g.v.c;
+  const int64_t coefs = d.mode == BnMode::reduce ? 0 : 4 * g.v.c;
+  detail::Workspace ws;
+  if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), sizeof(A) * static_cast<std::size_t>(partials + coefs), op);
+      !s)
+    return s;
+  a.partial = ws.as<A>();
+  a.coef = ws.as<A>() + partials;
+  const cudaStream_t stream = stream_of(ctx);
+  if (d.mode != BnMode::apply) {
+    if (g.blocks > 0)
+      if (Status s = launch(op, "the BatchNorm reduction launch", reduce, dim3(static_cast<unsigned>(g.blocks)),
+                            dim3(kBnThreads), stream, a);
+          !s)
+        return s;
+    const unsigned blocks = static_cast<unsigned>((g.v.c + kBnFinishLanes - 1) / kBnFinishLanes);
+    const Status s = d.mode == BnMode::fused
+                         ? launch_dependent(op, "the BatchNorm sums launch", sums_kernel<T, kGrad, kColumns, true>,
+                                            dim3(blocks), dim3(32 * kBnFinishLanes), stream, a)
+                         : launch_dependent(op, "the BatchNorm sums launch", sums_kernel<T, kGrad, kColumns, false>,
+                                            dim3(blocks), dim3(32 * kBnFinishLanes), stream, a);
+    if (!s || d.mode == BnMode::reduce) return s;
+  } else {
+    const unsigned blocks = static_cast<unsigned>((g.v.c + kBnThreads - 1) / kBnThreads);
+    if (Status s = launch_dependent(op, "the BatchNorm finish launch", finish_kernel<T, kGrad>, dim3(blocks),
+                                    dim3(kBnThreads), stream, a);
+        !s)
+      return s;
+  }
+  if (g.blocks == 0) return {};
+  return launch_dependent(op, "the BatchNorm elementwise launch", apply, dim3(static_cast<unsigned>(g.blocks)),
+                          dim3(kBnThreads), stream, a);
+}
+
+template <class T>
+Status batch_norm_run(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev, BnKernel k) {
+  constexpr int PV = kPackElems<T>;
+  auto go = [&](auto vec, auto columns) -> Status {
+    constexpr int V = decltype(vec)::value;
+    constexpr bool C = decltype(columns)::value;
+    return d.grad ? run_bn<T, V, true, C>(op, d, ctx, dev) : run_bn<T, V, false, C>(op, d, ctx, dev);
+  };
+  using I1 = std::integral_constant<int, 1>;
+  using IV = std::integral_constant<int, PV>;
+  using IH = std::integral_constant<int, PV / 2 < 1 ? 1 : PV / 2>;  // 8-byte packs
+  using Yes = std::true_type;
+  using No = std::false_type;
+  switch (k) {
+    case BnKernel::runs_vec: return go(IV{}, No{});
+    case BnKernel::runs_vec8: return go(IH{}, No{});
+    case BnKernel::runs: return go(I1{}, No{});
+    case BnKernel::columns_vec: return go(IV{}, Yes{});
+    case BnKernel::columns: break;
+  }
+  return go(I1{}, Yes{});
+}
+
+}  // namespace gradops::cuda

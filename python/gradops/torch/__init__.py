@@ -43,6 +43,8 @@ _memo = {}
 
 def _attrs(name, **kw):
     """The attribute values of `name` in the table's order: the given ones, defaults elsewhere."""
+    if _ops._compiling():  # a pure function of its arguments while a graph is traced
+        return tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
     key = (name, *kw.items())
     r = _memo.get(key)
     if r is None:
@@ -53,6 +55,8 @@ def _attrs(name, **kw):
 
 
 def _flags(name, *wanted):
+    if _ops._compiling():
+        return tuple(n in wanted for n in _OUTPUTS[name])
     key = (name, wanted)
     r = _memo.get(key)
     if r is None:

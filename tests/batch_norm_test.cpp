@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "batch_norm_common.hpp"
 #include "harness/checker.hpp"
 
 namespace gradops::check {
 namespace {
 
 constexpr OpId kOps[] = {OpId::BatchNormalizationGrad, OpId::BatchNormInternal};
-
-int64_t count_of(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 Problem make_problem(OpId id, const TypeSignature& sig, const std::vector<int64_t>& shape, bool channels_last,
                      uint64_t seed) {
@@ -75,47 +70,6 @@ TEST(BatchNorm, OptionalOutputsCanBeOmitted) {
       ASSERT_TRUE(r.pass) << describe(p) << " mask " << mask << ": " << r.detail;
     }
   }
-}
-
-// Host storage in any dtype, for calls made by hand.
-struct Stored {
-  DType t;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-  Stored(DType type, std::vector<int64_t> s)
-      : t(type), shape(std::move(s)), bytes(static_cast<std::size_t>(count_of(shape)) * dtype_size(type)) {}
-  Stored(DType type, const oracle::Tensor& v) : Stored(type, v.shape) {
-    for (int64_t i = 0; i < count_of(shape); ++i) set(i, v.v[i]);
-  }
-  TensorView view() { return TensorView(bytes.data(), t, std::span<const int64_t>(shape)); }
-  void set(int64_t i, double v) {
-    std::byte* p = bytes.data() + i * dtype_size(t);
-    switch (t) {
-      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::f64: std::memcpy(p, &v, 8); break;
-      case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    }
-  }
-  double get(int64_t i) const {
-    const std::byte* p = bytes.data() + i * dtype_size(t);
-    switch (t) {
-      case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-      case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-      case DType::f16: { half h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-      case DType::bf16: { bfloat16 h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-    }
-    return 0;
-  }
-  std::vector<double> values() const {
-    std::vector<double> v(static_cast<std::size_t>(count_of(shape)));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = get(static_cast<int64_t>(i));
-    return v;
-  }
-};
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 // running_mean/running_var written over input_mean/input_var (ORT's Alias(3,1), Alias(4,2)) give

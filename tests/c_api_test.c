@@ -438,6 +438,55 @@ static void test_supports(void) {
   CHECK(gradops_op_get_info(op, &info) == GRADOPS_OK && strcmp(info.origin, "onnxruntime") == 0);
 }
 
+/* The BatchNorm split by name: gradops' own operators, origin "gradops". BatchNormStatsReduce's sums
+ * [S(x - K), S((x - K)^2), count] are exact for these values; BatchNormStatsApply on them gives
+ * mean 2 and biased variance 1 (x = 1, 3), and its sums' shape comes from the shape rule. */
+static void test_batch_norm_split(void) {
+  float x[2] = {1.0f, 3.0f}, k[1] = {0.5f}, scale[1] = {2.0f}, bias[1] = {0.25f}, var[1] = {1.0f};
+  double sums[3] = {NAN, NAN, NAN};
+  float y[2] = {NAN, NAN}, saved_mean[1] = {NAN}, saved_istd[1] = {NAN};
+  const int64_t xs[2] = {2, 1}, cs[1] = {1}, ss[1] = {3};
+  gradops_tensor tx = tensor(x, GRADOPS_DTYPE_F32, 2, xs), tk = tensor(k, GRADOPS_DTYPE_F32, 1, cs),
+                 tsums = tensor(sums, GRADOPS_DTYPE_F64, 1, ss);
+  const gradops_tensor* rin[2] = {&tx, &tk};
+  const gradops_tensor* rout[1] = {&tsums};
+  CHECK(gradops_run("BatchNormStatsReduce", rin, 2, rout, 1, NULL, 0, NULL) == GRADOPS_OK);
+  CHECK(sums[0] == 3.0 && sums[1] == 0.25 + 6.25 && sums[2] == 2.0);
+
+  gradops_tensor tscale = tensor(scale, GRADOPS_DTYPE_F32, 1, cs), tb = tensor(bias, GRADOPS_DTYPE_F32, 1, cs),
+                 tvar = tensor(var, GRADOPS_DTYPE_F32, 1, cs), ty = tensor(y, GRADOPS_DTYPE_F32, 2, xs),
+                 tsm = tensor(saved_mean, GRADOPS_DTYPE_F32, 1, cs), tsi = tensor(saved_istd, GRADOPS_DTYPE_F32, 1, cs);
+  const gradops_tensor* ain[6] = {&tx, &tscale, &tb, &tk, &tvar, &tsums};
+  const gradops_tensor* aout[5] = {&ty, NULL, NULL, &tsm, &tsi};
+  const gradops_attribute eps = {"epsilon", 0};
+  CHECK(gradops_run("BatchNormStatsApply", ain, 6, aout, 5, &eps, 1, NULL) == GRADOPS_OK);
+  CHECK(saved_mean[0] == 2.0f && saved_istd[0] == 1.0f && y[0] == -1.75f && y[1] == 2.25f);
+
+  /* A sums tensor of the wrong length: named, with what was expected; nothing written. */
+  const int64_t bad[1] = {2};
+  gradops_tensor tbad = tensor(sums, GRADOPS_DTYPE_F64, 1, bad);
+  const gradops_tensor* bin[6] = {&tx, &tscale, &tb, &tk, &tvar, &tbad};
+  y[0] = 7.0f;
+  CHECK(gradops_run("BatchNormStatsApply", bin, 6, aout, 5, NULL, 0, NULL) == GRADOPS_INVALID_ARGUMENT);
+  CHECK(contains(gradops_last_error(), "BatchNormStatsApply") && contains(gradops_last_error(), "'sums'") &&
+        contains(gradops_last_error(), "expected [3]"));
+  CHECK(y[0] == 7.0f);
+
+  int64_t dims[GRADOPS_MAX_ARGS][GRADOPS_MAX_RANK];
+  int32_t ranks[GRADOPS_MAX_ARGS], dtypes[GRADOPS_MAX_ARGS];
+  CHECK(gradops_infer_output_shapes("BatchNormGradReduce", (const gradops_tensor* const[]){&tx, &tx, &tk, &tk}, 4,
+                                    NULL, 0, &dims[0][0], ranks, dtypes, GRADOPS_MAX_ARGS) == GRADOPS_OK);
+  CHECK(ranks[0] == 1 && dims[0][0] == 3 && dtypes[0] == GRADOPS_DTYPE_F64);
+
+  gradops_op_info info;
+  const int32_t op = gradops_op_find("BatchNormGradApply");
+  CHECK(op >= 0 && gradops_op_get_info(op, &info) == GRADOPS_OK);
+  CHECK(strcmp(info.origin, "gradops") == 0 && strcmp(info.domain, "gradops") == 0 && info.num_inputs == 6 &&
+        info.num_type_vars == 4 && info.gradient == 0);
+  int32_t sig[GRADOPS_MAX_TYPE_VARS];
+  CHECK(gradops_op_get_signature(op, 0, sig) == GRADOPS_OK && sig[3] == GRADOPS_DTYPE_F64);
+}
+
 int main(void) {
   test_relu_grad();
   test_sigmoid_grad();
@@ -449,6 +498,7 @@ int main(void) {
   test_introspection();
   test_infer_output_shapes();
   test_supports();
+  test_batch_norm_split();
 #if !defined(__STDC_NO_THREADS__)
   test_thread_local_error();
 #endif

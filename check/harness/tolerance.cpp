@@ -226,7 +226,17 @@ Tolerance layer_norm(const Problem& p, int output) {
 //            sum of positive terms, so the variance is off by (k + 8)·u_c relatively, inv_std by
 //            half that plus 3 roundings; running = m·old + (1 - m)·batch adds 3 roundings of each
 //            term; Y = (x - mean)·(istd·scale) + B sees the mean's error times |scale|·istd and
-//            inv_std's relative error times |scale·xhat|.
+//            inv_std's relative error times |scale·xhat|. The variance is formed in f64 from the
+//            sums about K = input_mean, S2/Mc − d² with d = S1/Mc = mean − K, which cancels: it
+//            adds c64·u64·(var + d²) absolutely, c64 = 4·ceil(log2(Mc + 1)) + 8 roundings, |d| <=
+//            |X| + |input_mean| <= 7.1; relative to var + epsilon that is at most 907·c64·u64 for
+//            Mc >= 2 (var >= 0.0556) and nothing for Mc = 1 (the variance of one value is 0).
+//   The split (BatchNormStatsApply, BatchNormGradApply) has the fused op's bounds; the oracle gives
+//   it exact sums. Its reduce halves' sums tensor: grad max(|ΔS1|, |ΔS2|) as above; forward
+//   S1 = Σ (x − K) and S2 = Σ (x − K)², off by what summing the terms in the compute type costs:
+//   |x − K| <= 7.1 gives (k + 1)·u_c·7.1·Mc for S1 and (k + 2)·u_c·50.4·Mc for S2, whether the
+//   terms are taken about K directly or about a piece's mean m (|x − m| <= 4, with 2·|m − K|·|ΔΣ(x −
+//   m)| <= 57·(k + 1)·u_c·Mc), plus c64·u64·101·Mc for the f64 additions; the count is exact.
 // Every output also gets rel = 2·u_out for its own rounding. f16/bf16 storage enters only there:
 // inputs are exact in the compute type and the reference uses the statistics as stored.
 Tolerance batch_norm(const Problem& p, int output) {
@@ -240,7 +250,9 @@ Tolerance batch_norm(const Problem& p, int output) {
   const double k = std::min(mc, 256.0) + 4 * std::ceil(std::log2(mc + 1)) + 8;
   const double dy_max = 2, x_max = 6.1, scale_max = 1.5, b_max = 1, var_max = 4.1, old_var_max = 2;
   const double eps = at.count("epsilon") ? at.at("epsilon") : 0;
-  const bool grad = p.op == OpId::BatchNormalizationGrad;
+  const bool grad = p.op == OpId::BatchNormalizationGrad || p.op == OpId::BatchNormGradApply ||
+                    p.op == OpId::BatchNormGradReduce;
+  const double u64 = 0x1p-53, c64 = 4 * std::ceil(std::log2(mc + 1)) + 8;
   const double stats_eps = grad ? (eps > 0 ? eps : 1e-5) : std::max(eps, 1e-30);
   const double istd_max = mc >= 2 ? 4.6 : 1 / std::sqrt(stats_eps);
   const double xhat_max = mc >= 2 ? std::min(4.7, std::sqrt(mc - 1) + 0.02) : 2e-4;
@@ -248,6 +260,7 @@ Tolerance batch_norm(const Problem& p, int output) {
   if (grad) {
     const double n = std::max(mc, 1.0);
     const double e1 = k * uc * dy_max * n, e2 = (k + 3) * uc * 2.1 * n;  // |ΔS1|, |ΔS2|
+    if (name == "sums") return {floor + std::max(e1, e2), 2 * uo};
     if (name == "bias_grad") return {floor + e1, 2 * uo};
     if (name == "scale_grad") return {floor + e2, 2 * uo};
     const double a = scale_max * istd_max, m1 = dy_max, m2 = 2.1;  // |S1|/Mc, |S2|/Mc
@@ -256,7 +269,13 @@ Tolerance batch_norm(const Problem& p, int output) {
     return {floor + e, 2 * uo};
   }
   const double m = at.count("momentum") ? at.at("momentum") : 0.9, keep = std::fabs(1 - m);
-  const double dmean = mc > 1 ? (k + 2) * uc * x_max : 0, ev = (k + 8) * uc;
+  if (name == "sums") {
+    const double n = std::max(mc, 1.0);
+    const double e1 = (k + 1) * uc * 7.1 * n, e2 = std::max((k + 2) * uc * 50.4 * n, 57 * (k + 1) * uc * n + (k + 2) * uc * 16 * n);
+    return {floor + std::max(e1, e2) + c64 * u64 * 101 * n, 2 * uo};
+  }
+  const double dmean = mc > 1 ? (k + 2) * uc * x_max : 0;
+  const double ev = (k + 8) * uc + (mc >= 2 ? 907 * c64 * u64 : 0);
   if (name == "saved_mean") return {floor + dmean, 2 * uo};
   if (name == "saved_inv_std") return {floor, 2 * uo + ev / 2 + 3 * uc};
   if (name == "running_mean") return {floor + keep * dmean + 3 * uc * (std::fabs(m) + keep * x_max), 2 * uo};

@@ -12,9 +12,16 @@
 //   BatchNormalizationGrad's mean and "variance" (the inverse std) are what BatchNormInternal would
 //   save for the rounded X: biased variance, epsilon from the attribute (1e-5 if it is 0 or less,
 //   ORT's BatchNormalization default, so that Mc = 1 stays finite), rounded to T2.
+//
+// The split (gradops' own ops): BatchNormStatsReduce gives [Σ (x − K), Σ (x − K)², Mc] per channel
+// about K = input_mean, BatchNormGradReduce [Σ dY, Σ dY·x̂, Mc]; the apply halves take such sums
+// (made here exactly, from the same data, rounded to f64) and compute the fused op's outputs from
+// them alone: mean = K + S1/Mc, biased variance = S2/Mc − (S1/Mc)², and the grad's formula with
+// the given S1, S2 and Mc.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "oracle/oracle.hpp"
 
@@ -106,16 +113,67 @@ Tensor channel_vector(int64_t c, DType t, double lo, double hi, Rng& rng, bool r
   return v;
 }
 
+// Σ (x − K) and Σ (x − K)² per channel, K = shift.
+std::pair<std::vector<long double>, std::vector<long double>> shifted_sums(const Tensor& x, const Layout& l,
+                                                                         const Tensor& shift) {
+  std::vector<long double> s1(l.c, 0.0L), s2(l.c, 0.0L);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t ch = l.channel(e);
+    const long double d = static_cast<long double>(x.v[e]) - shift.v[ch];
+    s1[ch] += d;
+    s2[ch] += d * d;
+  }
+  return {s1, s2};
+}
+
+// Σ dY and Σ dY·x̂ per channel, x̂ = (x − mean)·inv_std with the given statistics.
+std::pair<std::vector<long double>, std::vector<long double>> grad_sums(const Tensor& dy, const Tensor& x,
+                                                                      const Layout& l, const Tensor& mean,
+                                                                      const Tensor& inv_std) {
+  std::vector<long double> s1(l.c, 0.0L), s2(l.c, 0.0L);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t ch = l.channel(e);
+    s1[ch] += dy.v[e];
+    s2[ch] += dy.v[e] * ((static_cast<long double>(x.v[e]) - mean.v[ch]) * inv_std.v[ch]);
+  }
+  return {s1, s2};
+}
+
+// The split's sums tensor [S1 per channel, S2 per channel, count], rounded to f64 as stored.
+Tensor sums_tensor(const std::vector<long double>& s1, const std::vector<long double>& s2, int64_t count) {
+  const int64_t c = static_cast<int64_t>(s1.size());
+  Tensor t({2 * c + 1});
+  for (int64_t ch = 0; ch < c; ++ch) {
+    t.v[ch] = static_cast<double>(s1[ch]);
+    t.v[c + ch] = static_cast<double>(s2[ch]);
+  }
+  t.v[2 * c] = static_cast<double>(count);
+  return t;
+}
+
+bool is_batch_norm(std::string_view op) {
+  return op == "BatchNormalizationGrad" || op == "BatchNormInternal" || op == "BatchNormStatsReduce" ||
+         op == "BatchNormStatsApply" || op == "BatchNormGradReduce" || op == "BatchNormGradApply";
+}
+
 }  // namespace
 
 bool make_batch_norm_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs& attrs,
                             std::span<const DType> dt, Rng& rng, Tensors& out) {
-  const bool grad = op == "BatchNormalizationGrad";
-  if (!grad && op != "BatchNormInternal") return false;
+  if (!is_batch_norm(op)) return false;
+  const bool grad = op == "BatchNormalizationGrad" || op == "BatchNormGradReduce" || op == "BatchNormGradApply";
   const std::vector<int64_t> s(shape.begin(), shape.end());
   const Layout l = layout_of(s, attrs);
+  if (op == "BatchNormStatsReduce") {  // X, input_mean
+    out.push_back(make_x(s, l, dt[0], rng));
+    out.push_back(channel_vector(l.c, dt[1], -1, 1, rng));
+    return true;
+  }
   if (grad) {
-    // dY, X, scale, mean, variance (= saved inverse std)
+    // dY, X, scale, mean, variance (= saved inverse std); the reduce half takes no scale. Its
+    // dtypes: dt[2] is scale's, or the statistics' when there is no scale.
+    const bool with_scale = op != "BatchNormGradReduce";
+    const DType t_stats = with_scale ? dt[3] : dt[2];
     Tensor dy(s);
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     // The offset shrinks beyond 16,384 values per channel so that Σ dY stays within f16's range.
@@ -124,19 +182,25 @@ bool make_batch_norm_inputs(std::string_view op, std::span<const int64_t> shape,
     for (double& o : dy_offset) o = shrink * u(rng);
     for (int64_t e = 0; e < dy.numel(); ++e) dy.v[e] = round_to(dt[0], dy_offset[l.channel(e)] + u(rng));
     Tensor x = make_x(s, l, dt[1], rng);
-    Tensor scale = channel_vector(l.c, dt[2], 0.5, 1.5, rng, true);
+    Tensor scale = channel_vector(l.c, with_scale ? dt[2] : DType::f64, 0.5, 1.5, rng, true);
     const Stats st = channel_stats(x, l);
     const double eps = stats_epsilon(attrs);
     Tensor mean({l.c}), inv_std({l.c});
     for (int64_t ch = 0; ch < l.c; ++ch) {
-      mean.v[ch] = round_to(dt[3], st.mean[ch]);
-      inv_std.v[ch] = round_to(dt[4], 1.0 / std::sqrt(st.var[ch] + eps));
+      mean.v[ch] = round_to(t_stats, st.mean[ch]);
+      inv_std.v[ch] = round_to(t_stats, 1.0 / std::sqrt(st.var[ch] + eps));
+    }
+    Tensor sums;
+    if (op == "BatchNormGradApply") {
+      const auto [s1, s2] = grad_sums(dy, x, l, mean, inv_std);
+      sums = sums_tensor(s1, s2, l.count());
     }
     out.push_back(std::move(dy));
     out.push_back(std::move(x));
-    out.push_back(std::move(scale));
+    if (with_scale) out.push_back(std::move(scale));
     out.push_back(std::move(mean));
     out.push_back(std::move(inv_std));
+    if (op == "BatchNormGradApply") out.push_back(std::move(sums));
     return true;
   }
   // X, scale, B, input_mean, input_var
@@ -145,34 +209,52 @@ bool make_batch_norm_inputs(std::string_view op, std::span<const int64_t> shape,
   out.push_back(channel_vector(l.c, dt[2], -1, 1, rng));
   out.push_back(channel_vector(l.c, dt[3], -1, 1, rng));
   out.push_back(channel_vector(l.c, dt[4], 0.5, 2, rng));
+  if (op == "BatchNormStatsApply") {
+    const auto [s1, s2] = shifted_sums(*out[0], l, *out[3]);
+    out.push_back(sums_tensor(s1, s2, l.count()));
+  }
   return true;
 }
 
 bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out) {
-  const bool grad = op == "BatchNormalizationGrad";
-  if (!grad && op != "BatchNormInternal") return false;
+  if (!is_batch_norm(op)) return false;
+  const bool grad = op == "BatchNormalizationGrad" || op == "BatchNormGradReduce" || op == "BatchNormGradApply";
   const Tensor& x = *in[grad ? 1 : 0];
   const Layout l = layout_of(x.shape, attrs);
-  const int64_t mc = l.count();
+  int64_t mc = l.count();
+
+  if (op == "BatchNormStatsReduce") {
+    const auto [s1, s2] = shifted_sums(x, l, *in[1]);
+    out.push_back(sums_tensor(s1, s2, mc));
+    return true;
+  }
+  if (op == "BatchNormGradReduce") {
+    const auto [s1, s2] = grad_sums(*in[0], x, l, *in[2], *in[3]);
+    out.push_back(sums_tensor(s1, s2, mc));
+    return true;
+  }
 
   if (grad) {
     // xhat = (x - mean)·inv_std with the given statistics; S1 = Σ dY, S2 = Σ dY·xhat per channel;
-    // X_grad = scale·inv_std·(dY - S1/Mc - xhat·S2/Mc), scale_grad = S2, bias_grad = S1.
+    // X_grad = scale·inv_std·(dY - S1/Mc - xhat·S2/Mc), scale_grad = S2, bias_grad = S1. The apply
+    // half takes S1, S2 and Mc from its sums.
     const Tensor &dy = *in[0], &scale = *in[2], &mean = *in[3], &inv_std = *in[4];
-    std::vector<long double> s1(l.c, 0.0L), s2(l.c, 0.0L);
+    auto [s1, s2] = grad_sums(dy, x, l, mean, inv_std);
+    if (op == "BatchNormGradApply") {
+      const Tensor& sums = *in[5];
+      for (int64_t ch = 0; ch < l.c; ++ch) s1[ch] = sums.v[ch], s2[ch] = sums.v[l.c + ch];
+      mc = static_cast<int64_t>(sums.v[2 * l.c]);
+    }
     auto xhat = [&](int64_t e) {
       const int64_t ch = l.channel(e);
       return (static_cast<long double>(x.v[e]) - mean.v[ch]) * inv_std.v[ch];
     };
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      s1[l.channel(e)] += dy.v[e];
-      s2[l.channel(e)] += dy.v[e] * xhat(e);
-    }
     Tensor dx(x.shape), dscale({l.c}), dbias({l.c});
     for (int64_t e = 0; e < x.numel(); ++e) {
       const int64_t ch = l.channel(e);
       const long double k = static_cast<long double>(scale.v[ch]) * inv_std.v[ch];
-      dx.v[e] = static_cast<double>(k * (dy.v[e] - s1[ch] / mc - xhat(e) * s2[ch] / mc));
+      dx.v[e] = static_cast<double>(k * (dy.v[e] - s1[ch] / static_cast<long double>(mc) -
+                                         xhat(e) * s2[ch] / static_cast<long double>(mc)));
     }
     for (int64_t ch = 0; ch < l.c; ++ch) {
       dscale.v[ch] = static_cast<double>(s2[ch]);
@@ -188,7 +270,18 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
   // 1/sqrt(epsilon). Mc = 1: the unbiased variance is undefined, running_var is NaN.
   const Tensor &scale = *in[1], &b = *in[2], &old_mean = *in[3], &old_var = *in[4];
   const double eps = attr_or(attrs, "epsilon", 1e-5), m = attr_or(attrs, "momentum", 0.9);
-  const Stats st = channel_stats(x, l);
+  Stats st = channel_stats(x, l);
+  if (op == "BatchNormStatsApply") {  // the statistics from the given sums alone
+    const Tensor& sums = *in[5];
+    mc = static_cast<int64_t>(sums.v[2 * l.c]);
+    for (int64_t ch = 0; mc > 0 && ch < l.c; ++ch) {
+      const long double d = static_cast<long double>(sums.v[ch]) / mc;
+      st.mean[ch] = static_cast<double>(old_mean.v[ch] + d);
+      st.var[ch] = static_cast<double>(std::max(0.0L, static_cast<long double>(sums.v[l.c + ch]) / mc - d * d));
+    }
+    if (mc == 1) std::fill(st.var.begin(), st.var.end(), 0.0);  // one value has no spread
+    if (mc == 0) std::fill(st.mean.begin(), st.mean.end(), 0.0), std::fill(st.var.begin(), st.var.end(), 0.0);
+  }
   Tensor y(x.shape), rmean({l.c}), rvar({l.c}), smean({l.c}), sistd({l.c});
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const long double istd = 1.0L / std::sqrt(static_cast<long double>(st.var[ch]) + eps);

@@ -59,7 +59,7 @@ const char* gradops_dtype_name(int32_t dtype) GRADOPS_NOEXCEPT;
 
 #define GRADOPS_MAX_RANK 8
 /* No operator has more inputs, or more outputs, than this. */
-#define GRADOPS_MAX_ARGS 5
+#define GRADOPS_MAX_ARGS 6
 
 typedef struct gradops_device {
   int32_t type;  /* a gradops_device_type */
@@ -156,7 +156,7 @@ gradops_status gradops_supports(int32_t op, int32_t device_type, const int32_t* 
 
 typedef enum gradops_attribute_type { GRADOPS_ATTRIBUTE_INT = 0, GRADOPS_ATTRIBUTE_FLOAT = 1 } gradops_attribute_type;
 
-#define GRADOPS_MAX_TYPE_VARS 3
+#define GRADOPS_MAX_TYPE_VARS 4
 
 typedef struct gradops_op_info {
   const char* name;        /* ORT's op name */
@@ -164,11 +164,11 @@ typedef struct gradops_op_info {
   const char* family;      /* "activation", "softmax", "layer_norm", "batch_norm" */
   const char* summary;
   int32_t since_version;
-  int32_t gradient;        /* 1 for the 17 gradient operators, 0 for the forward companions */
+  int32_t gradient;        /* 1 for the 17 gradient operators, 0 for the others */
   int32_t num_inputs;
   int32_t num_outputs;
   int32_t num_attributes;
-  int32_t num_type_vars;   /* "T", or "T","U","V", or "T","T1","T2" */
+  int32_t num_type_vars;   /* "T", or "T","U","V", or "T","T1","T2", or "T","T1","T2","S" */
   int32_t num_signatures;  /* allowed dtype assignments to the type variables */
   int32_t num_aliases;     /* (output, input) pairs that may share one buffer */
   const char* origin;      /* "onnxruntime": ORT's operator (the ORT adapter registers these);
@@ -193,7 +193,8 @@ typedef struct gradops_attribute_info {
   int32_t extension;       /* 1: gradops-only, not in ORT's schema */
 } gradops_attribute_info;
 
-/* Operators are numbered 0 .. count-1: the 17 gradient operators first, then the forwards. */
+/* Operators are numbered 0 .. count-1: the 17 gradient operators first, then the forwards, then
+ * gradops' own operators (origin "gradops"). */
 int32_t gradops_op_count(void) GRADOPS_NOEXCEPT;
 /* NULL if op is out of range. */
 const char* gradops_op_name(int32_t op) GRADOPS_NOEXCEPT;

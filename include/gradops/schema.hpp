@@ -22,8 +22,10 @@ enum class OpId : uint8_t {
   // forward companions
   Gelu, FastGelu, BiasGelu, QuickGelu, Relu, Sigmoid, Tanh, LeakyRelu, Softmax, Softmax_13,
   LogSoftmax, LogSoftmax_13, LayerNormalization, SimplifiedLayerNormalization, BatchNormInternal,
+  // gradops' own: BatchNorm split at its per-channel sums, for data-parallel callers
+  BatchNormStatsReduce, BatchNormStatsApply, BatchNormGradReduce, BatchNormGradApply,
 };
-inline constexpr int kNumOps = static_cast<int>(OpId::BatchNormInternal) + 1;
+inline constexpr int kNumOps = static_cast<int>(OpId::BatchNormGradApply) + 1;
 
 // Op families: one source file per family in every layer (src/ops, src/cpu, src/cuda, tests, docs).
 enum class OpFamily : uint8_t { activation, softmax, layer_norm, batch_norm };
@@ -59,6 +61,8 @@ struct ShapeRule {
     like_input,   // the shape of input `input`
     rows_of_input,  // the dims of input `input` before the op's 'axis' attribute, then 1s up to its
                     // rank (ONNX LayerNormalization's Mean and InvStdDev)
+    channel_sums,   // 1-D [2·d0 + 1], d0 the length of 1-D input `input`: the BatchNorm split's two
+                    // per-channel sums and their count, one tensor for one all-reduce
   };
   Kind kind = none;
   int8_t input = -1;
@@ -75,7 +79,7 @@ struct ArgSchema {
 
 // One allowed assignment of dtypes to the op's type variables, in type_vars order.
 struct TypeSignature {
-  std::array<DType, 3> types;
+  std::array<DType, 4> types;
 };
 
 // Output `output` may be the very same buffer as input `input` (same pointer, same bytes).
@@ -102,7 +106,7 @@ struct OpSchema {
   // forward node's attributes onto it). Informational only: gradops' entry points reject unknown
   // names for every op, and the ONNX Runtime adapter reads only the attributes the table lists.
   bool allow_unchecked_attributes;
-  std::span<const std::string_view> type_vars;  // "T", or "T","U","V", or "T","T1","T2"
+  std::span<const std::string_view> type_vars;  // "T", or "T","U","V", or "T","T1","T2"(,"S")
   std::span<const ArgSchema> inputs;
   std::span<const ArgSchema> outputs;
   std::span<const AttrSchema> attributes;
@@ -122,7 +126,7 @@ const OpSchema& op_schema(OpId id) noexcept;
 // nullptr if no operator has this ORT name.
 const OpSchema* find_op(std::string_view name) noexcept;
 
-inline constexpr int kMaxArgs = 5;
+inline constexpr int kMaxArgs = 6;
 inline constexpr int kMaxAttrs = 4;
 
 }  // namespace gradops

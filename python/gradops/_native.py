@@ -7,7 +7,7 @@ import ctypes
 import os
 
 MAX_RANK = 8
-MAX_TYPE_VARS = 3
+MAX_TYPE_VARS = 4
 
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16")  # gradops_dtype 0..3
 DEVICE_CPU, DEVICE_CUDA = 0, 1

@@ -1,7 +1,9 @@
 // BatchNorm family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable target
 // (Highway), chosen at run time.
 //
-// Both ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass.
+// Every op of the family is plan -> reduce -> combine -> finish -> apply (Job, below): both fused
+// ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass; the
+// split's reduce halves stop at the channel sums, its apply halves start from given ones.
 // The values of a channel are cut into pieces fixed by the shape (and the target's lane count);
 // each piece is summed into vector accumulators and the piece partials are combined by a fixed
 // pairwise tree, so results are the same bits for any thread count and schedule. Two forms, chosen
@@ -21,9 +23,11 @@
 // addition per tree level: at most 261 + log2(Mc) for Mc >= 256, against the min(Mc, 256) +
 // 4·log2(Mc) + 8 that the tolerance model in check/harness/tolerance.cpp allows (below 256 terms
 // no order exceeds Mc - 1).
-// The forward's statistics are a mean and a sum of squared deviations from it inside each piece
-// (the piece is still in cache for the second sweep), merged across pieces with Chan's formula:
-// stable for data far from zero, and X is read from memory once for them.
+// The forward's statistics are a mean m and the sums of (x - m)² and (x - m) inside each piece (the
+// piece is still in cache for the second sweep): stable for data far from zero, and X is read from
+// memory once for them. Each piece then becomes its sums about the shift K = input_mean in f64
+// (combine), which add across pieces, and across the participants of a data-parallel step
+// (BatchNormStatsReduce); the variance is formed from them in f64 (finish_from).
 //
 // Traffic. The elementwise pass needs the whole channel's sums, so it reads X (and dY) a second
 // time. NCHW with enough channels runs fused tasks: a block of whole channels, all samples, both
@@ -42,6 +46,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "core/workspace.hpp"
 #include "cpu/convert.hpp"
@@ -52,11 +57,54 @@
 #include "hwy/highway.h"
 #include "ops/batch_norm.hpp"
 
+// Defined once, outside the per-target namespaces: every target's entry takes the same Job.
+#ifndef GRADOPS_CPU_BATCH_NORM_JOB
+#define GRADOPS_CPU_BATCH_NORM_JOB
+namespace gradops::cpu::batch_norm {
+// What the kernel does, from any of the family's six descriptors. Every op is built from the same
+// phases: plan (pieces and traversals, from the shape), reduce (piece partials in the compute
+// type), combine (each channel's partials by a fixed pairwise tree into its two sums), finish (the
+// channel's outputs and elementwise coefficients from its sums and count) and apply (the
+// elementwise pass). The fused ops run them all, the split's reduce halves stop after combine and
+// store the sums, the apply halves start at finish from the given sums. Both halves go through the
+// very code the fused op does, so the fused op is bitwise their composition.
+enum class Mode { fused, reduce, apply };
+struct Job : ::gradops::detail::BatchNormShape {
+  bool grad = false;  // BatchNormalizationGrad and its halves
+  Mode mode = Mode::fused;
+  const void* x = nullptr;
+  const void* scale = nullptr;
+  // grad
+  const void* dy = nullptr;
+  const void* mean = nullptr;
+  const void* inv_std = nullptr;
+  void* dx = nullptr;
+  void* dscale = nullptr;
+  void* dbias = nullptr;
+  // forward
+  const void* bias = nullptr;
+  const void* input_mean = nullptr;  // also the shift K of the forward's sums
+  const void* input_var = nullptr;
+  void* y = nullptr;
+  void* running_mean = nullptr;
+  void* running_var = nullptr;
+  void* saved_mean = nullptr;
+  void* saved_inv_std = nullptr;
+  float epsilon = 0;
+  float momentum = 0;
+  // the split
+  double* sums_out = nullptr;       // Mode::reduce
+  const double* sums_in = nullptr;  // Mode::apply
+};
+}  // namespace gradops::cpu::batch_norm
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
-using ::gradops::detail::BatchNormDesc;
+using ::gradops::cpu::batch_norm::Job;
+using ::gradops::cpu::batch_norm::Mode;
 
 constexpr int64_t kChain = 128;           // sequential additions per accumulator within a piece
 constexpr int64_t kPlaneMin = 1024;       // NCHW spatial size from which runs are folded in place
@@ -133,7 +181,7 @@ struct Plan {
   int64_t channel_of(int64_t w) const { return (w % period) / group; }
 };
 
-Plan make_plan(const BatchNormDesc& d, int64_t lanes) {
+Plan make_plan(const Job& d, int64_t lanes) {
   Plan p;
   p.c = d.c;
   p.count = d.n * d.spatial;
@@ -181,11 +229,13 @@ class Kernel {
   using D = ComputeTag<T>;
   using A = hn::TFromD<D>;
 
-  Kernel(const BatchNormDesc& desc, const Context& ctx) : d_(desc), ctx_(ctx) {}
+  Kernel(const Job& job, const Context& ctx) : d_(job), ctx_(ctx) {}
 
   Status run() {
+    // ---- plan ----
     p_ = make_plan(d_, L);
     const int64_t c = p_.c, threads = max_threads(ctx_);
+    const Mode mode = d_.mode;
     x_ = static_cast<const T*>(d_.x);
     dy_ = kGrad ? static_cast<const T*>(d_.dy) : nullptr;
     out_ = static_cast<T*>(kGrad ? d_.dx : d_.y);
@@ -196,35 +246,57 @@ class Kernel {
     int64_t cb = std::max<int64_t>(1, kTaskBytes / (std::max<int64_t>(p_.count, 1) * in_bytes));
     if (!p_.planes) cb = std::min(cb, kMaxCols / p_.group);
     block_ = std::max<int64_t>(1, std::min(cb, chunk_count(c, kTasksPerThread * threads)));
-    fused_ = p_.count > 0 && !d_.channels_last && c > 1 && (p_.planes || p_.k == 1) &&
+    fused_ = mode == Mode::fused && p_.count > 0 && !d_.channels_last && c > 1 && (p_.planes || p_.k == 1) &&
              (threads == 1 || c >= kTasksPerThread * threads);
 
-    // Scratch: piece partials, per-channel vectors, per-thread column arrays (accumulators and
-    // coefficients).
-    const int64_t parts = round_up(c * p_.pieces), vec = round_up(c);
+    // Scratch: piece partials (three arrays in the compute type, and for the forward two more in
+    // f64, where pieces become sums about the shift), per-channel vectors, per-thread column arrays
+    // (accumulators and coefficients).
+    const int64_t parts = mode == Mode::apply ? 0 : round_up(c * p_.pieces), vec = round_up(c);
+    const int64_t dparts = kGrad ? 0 : 2 * parts;
     const bool columns = !p_.planes && p_.count > 0;
     slots_ = threads;
     slot_stride_ = columns ? 7 * kColsArray : 0;
-    const int64_t total = 2 * parts + 6 * vec + slots_ * slot_stride_;
+    const int64_t total = (kGrad ? 2 : 3) * parts + 6 * vec + slots_ * slot_stride_;
     if (Status s = ws_.allocate(ctx_, Device::cpu(), sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(total, 1)),
                                 kGrad ? "BatchNormalizationGrad" : "BatchNormInternal");
         !s)
       return s;
+    if (Status s = dws_.allocate(ctx_, Device::cpu(), sizeof(double) * static_cast<std::size_t>(dparts + vec),
+                                 kGrad ? "BatchNormalizationGrad" : "BatchNormInternal");
+        !s)
+      return s;
     A* w = ws_.as<A>();
-    part1_ = w, part2_ = w + parts, w += 2 * parts;
+    part1_ = w, part2_ = w + parts, part3_ = kGrad ? nullptr : w + 2 * parts, w += (kGrad ? 2 : 3) * parts;
     for (A*& v : vec_) v = w, w += vec;
     slot_base_ = w, w += slots_ * slot_stride_;
     std::fill(slot_base_, w, A(0));  // array slack is read (never used) by partial vectors
+    double* dw = dws_.as<double>();
+    shift_ = dw, dpart1_ = dw + vec, dpart2_ = dw + vec + parts;
 
     if constexpr (kGrad) {
       for (int64_t ch = 0; ch < c; ++ch) {
-        scale_[ch] = load_as<A>(d_.t1, d_.scale, ch);
+        if (mode != Mode::reduce) scale_[ch] = load_as<A>(d_.t1, d_.scale, ch);
         mean_[ch] = load_as<A>(d_.t2, d_.mean, ch);
         istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
       }
+    } else {
+      for (int64_t ch = 0; ch < c; ++ch) shift_[ch] = load_as<double>(d_.t2, d_.input_mean, ch);
+    }
+
+    if (mode == Mode::apply) {  // the sums are given: finish, then the elementwise pass
+      const double* sums = d_.sums_in;
+      for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, sums[ch], sums[c + ch], sums[2 * c]);
+      if (p_.count > 0) write_all();
+      return {};
     }
     if (p_.count == 0) {  // no values: empty sums, nothing to write
-      for (int64_t ch = 0; ch < c; ++ch) finish(ch);
+      if (mode == Mode::reduce) {
+        std::fill(d_.sums_out, d_.sums_out + 2 * c, 0.0);
+        d_.sums_out[2 * c] = 0;
+      } else {
+        for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, 0, 0, 0);
+      }
       return {};
     }
     if (fused_) {
@@ -233,10 +305,21 @@ class Kernel {
                   [&](int64_t b0, int64_t b1, int64_t slot) { fused_range(b0, b1, slot); });
       return {};
     }
+    // ---- reduce, combine ----
     reduce_all();
     parallel_for(c, std::max<int64_t>(1, kGrain / p_.pieces), ctx_, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) combine(ch);
     });
+    if (mode == Mode::reduce) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const auto [s1, s2] = channel_sums(ch);
+        d_.sums_out[ch] = s1;
+        d_.sums_out[c + ch] = s2;
+      }
+      d_.sums_out[2 * c] = static_cast<double>(p_.count);
+      return {};
+    }
+    // ---- finish, apply ----
     for (int64_t ch = 0; ch < c; ++ch) finish(ch);
     write_all();
     return {};
@@ -283,6 +366,7 @@ class Kernel {
           auto e = hn::Sub(xv, hn::Load(d, acc + 2 * K));
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
           hn::Store(hn::MulAdd(e, e, hn::Load(d, acc)), d, acc);
+          hn::Store(hn::Add(hn::Load(d, acc + K), e), d, acc + K);
         } else {
           hn::Store(hn::Add(hn::Load(d, acc), xv), d, acc);
         }
@@ -308,7 +392,7 @@ class Kernel {
   }
 
   // Planes form. Sums the nr values at off_r (kSweep 1: grad *s1 = Σ dY, *s2 = Σ dY·(x - mu),
-  // forward *s1 = Σ x; kSweep 2: *s1 = Σ (x - mu)², from cache), prefetching into `next` past the
+  // forward *s1 = Σ x; kSweep 2: *s1 = Σ (x - mu)², *s2 = Σ (x - mu), from cache), prefetching into `next` past the
   // run's end, while writing the nw outputs at off_w with channel ch_w's coefficients.
   template <int kSweep>
   void planes_run(int64_t off_r, int64_t nr, int64_t next_r, A mu, A* s1, A* s2, int64_t off_w, int64_t nw,
@@ -332,6 +416,8 @@ class Kernel {
         if constexpr (kSweep == 2) {
           auto e = hn::Sub(xv, vmu);
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+          A* s = sec + ((j / L) & 3) * L;
+          hn::Store(hn::Add(e, hn::Load(d, s)), d, s);
           return hn::MulAdd(e, e, acc);
         } else if constexpr (kGrad) {
           PrefetchLine(gr + at, j, L);
@@ -367,7 +453,7 @@ class Kernel {
     if constexpr (kSweep > 0) {
       const auto plus = [](A u, A v) { return u + v; };
       *s1 = ReduceLanes(d, total, plus);
-      if constexpr (kGrad && kSweep == 1) {
+      if constexpr ((kGrad && kSweep == 1) || kSweep == 2) {
         const auto s = hn::Add(hn::Add(hn::Load(d, sec), hn::Load(d, sec + L)),
                                hn::Add(hn::Load(d, sec + 2 * L), hn::Load(d, sec + 3 * L)));
         *s2 = ReduceLanes(d, s, plus);
@@ -411,8 +497,10 @@ class Kernel {
       for (int64_t ch = c0; ch < c1; ++ch) part1_[ch * p_.pieces + q] /= cnt;
       spread(part1_ + q, w0, wn, mu, p_.pieces);
       std::fill(acc, acc + span, A(0));
+      std::fill(acc2, acc2 + span, A(0));
       sweep(std::integral_constant<int, 2>());
       fold_columns(acc, w0, wn, q, part2_);
+      fold_columns(acc2, w0, wn, q, part3_);
     }
   }
 
@@ -464,7 +552,7 @@ class Kernel {
       A sum;
       planes_run<1>(off, len, next, A(0), &sum, nullptr, off_w, nw, 0, ch_w);
       *s1 = sum / static_cast<A>(len);
-      planes_run<2>(off, len, next, *s1, s2, nullptr, 0, 0, 0, 0);
+      planes_run<2>(off, len, next, *s1, s2, part3_ + ch * p_.pieces + q, 0, 0, 0, 0);
     }
   }
 
@@ -490,36 +578,68 @@ class Kernel {
 
   // ---- combining, per channel ----
 
-  // Pairwise tree over the channel's pieces; the totals end in piece 0.
+  // Pairwise tree over the channel's pieces. Grad: the totals end in piece 0. Forward: each piece's
+  // (mean m, Σ (x − m)², Σ (x − m)) first becomes its sums about the shift K in f64,
+  //   Σ (x − K) = Σ (x − m) + n·(m − K),   Σ (x − K)² = Σ (x − m)² + 2·(m − K)·Σ (x − m) + n·(m − K)²,
+  // exact identities whose terms carry no cancellation (the piece's deviations are small, and the
+  // f64 terms hold (m − K)² with 53 bits), then the pieces are added; the totals end in piece 0 of
+  // the f64 arrays. Sums about a shift that every participant shares are what participants can add.
   void combine(int64_t ch) {
-    A* a1 = part1_ + ch * p_.pieces;
-    A* a2 = part2_ + ch * p_.pieces;
     const int64_t nq = p_.pieces;
-    for (int64_t step = 1; step < nq; step *= 2)
-      for (int64_t q = 0; q + step < nq; q += 2 * step) {
-        if constexpr (kGrad) {
+    if constexpr (kGrad) {
+      A* a1 = part1_ + ch * nq;
+      A* a2 = part2_ + ch * nq;
+      for (int64_t step = 1; step < nq; step *= 2)
+        for (int64_t q = 0; q + step < nq; q += 2 * step) {
           a1[q] += a1[q + step];
           a2[q] += a2[q + step];
-        } else {  // Chan et al.: (count, mean, M2) pairs
-          const double na = static_cast<double>(p_.values_upto(q + step) - p_.values_upto(q));
-          const double nb = static_cast<double>(p_.values_upto(std::min(q + 2 * step, nq)) - p_.values_upto(q + step));
-          const A wb = static_cast<A>(nb / (na + nb)), wab = static_cast<A>(na * nb / (na + nb));
-          const A delta = a1[q + step] - a1[q];
-          a1[q] += delta * wb;
-          a2[q] += a2[q + step] + delta * delta * wab;
         }
+    } else {
+      const A* m = part1_ + ch * nq;
+      const A* m2 = part2_ + ch * nq;
+      const A* r = part3_ + ch * nq;
+      double* s1 = dpart1_ + ch * nq;
+      double* s2 = dpart2_ + ch * nq;
+      const double k = shift_[ch];
+      for (int64_t q = 0; q < nq; ++q) {
+        const double n = static_cast<double>(p_.values_upto(q + 1) - p_.values_upto(q));
+        const double delta = static_cast<double>(m[q]) - k, rq = static_cast<double>(r[q]);
+        s1[q] = rq + n * delta;
+        s2[q] = static_cast<double>(m2[q]) + 2 * delta * rq + n * delta * delta;
       }
+      for (int64_t step = 1; step < nq; step *= 2)
+        for (int64_t q = 0; q + step < nq; q += 2 * step) {
+          s1[q] += s1[q + step];
+          s2[q] += s2[q + step];
+        }
+    }
   }
 
-  // The channel's outputs and its elementwise coefficients, from the combined sums.
+  // The channel's two sums, as the split's reduce half stores them: grad Σ dY and Σ dY·x̂ (the
+  // latter istd·Σ dY·(x − mean), in the compute type, as the fused op forms it); forward Σ (x − K)
+  // and Σ (x − K)². f64 holds the compute type's values exactly.
+  std::pair<double, double> channel_sums(int64_t ch) const {
+    if (p_.count == 0) return {0.0, 0.0};
+    const int64_t q0 = ch * p_.pieces;
+    if constexpr (kGrad) return {static_cast<double>(part1_[q0]), static_cast<double>(istd_[ch] * part2_[q0])};
+    return {dpart1_[q0], dpart2_[q0]};
+  }
+
   void finish(int64_t ch) {
-    const bool any = p_.count > 0;
-    const A t1 = any ? part1_[ch * p_.pieces] : A(0), t2 = any ? part2_[ch * p_.pieces] : A(0);
+    const auto [s1, s2] = channel_sums(ch);
+    finish_from(ch, s1, s2, static_cast<double>(p_.count));
+  }
+
+  // The channel's outputs and its elementwise coefficients from its two sums over `count` values
+  // (this call's, or every participant's for the split's apply half).
+  void finish_from(int64_t ch, double sum1, double sum2, double count) {
+    const bool any = count > 0;
     if constexpr (kGrad) {
       // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean) so that
-      // x - mean is formed before any scaling (x may sit far from zero).
-      const A inv_count = any ? A(1) / static_cast<A>(p_.count) : A(0);
-      const A s1 = t1, s2 = any ? istd_[ch] * t2 : A(0);
+      // x - mean is formed before any scaling (x may sit far from zero). The sums hold values of
+      // the compute type when they come from one reduce; a sum over several is rounded to it once.
+      const A inv_count = any ? A(1) / static_cast<A>(count) : A(0);
+      const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
       store_as(d_.t1, d_.dbias, ch, s1);
       store_as(d_.t1, d_.dscale, ch, s2);
       const A a = scale_[ch] * istd_[ch];
@@ -530,23 +650,28 @@ class Kernel {
       // Mc = 0: no batch, so the running statistics pass through unchanged (PyTorch skips the
       // update too) and the saved ones are those of an empty sum: mean 0, variance 0. Mc = 1: the
       // unbiased variance is undefined and running_var becomes NaN, as cuDNN's and PyTorch's
-      // formulas give.
-      const A eps = static_cast<A>(d_.epsilon), mom = static_cast<A>(d_.momentum), keep = A(1) - mom;
+      // formulas give. The statistics are formed in f64: var = Σ(x − K)²/Mc − d², d = Σ(x − K)/Mc,
+      // cancels in proportion to d²/var, which f64 absorbs for any T (docs/ops/batch_norm.md).
+      const double eps = static_cast<double>(d_.epsilon), mom = static_cast<double>(d_.momentum), keep = 1 - mom;
       // Read before any write: running_* may be the very buffers of input_*.
-      const A old_mean = load_as<A>(d_.t2, d_.input_mean, ch), old_var = load_as<A>(d_.t2, d_.input_var, ch);
-      A mu = 0, var = 0, unbiased = std::numeric_limits<A>::quiet_NaN();
+      const double old_mean = load_as<double>(d_.t2, d_.input_mean, ch);
+      const double old_var = load_as<double>(d_.t2, d_.input_var, ch);
+      double mu = 0, var = 0, unbiased = std::numeric_limits<double>::quiet_NaN();
       if (any) {
-        mu = t1;
-        var = t2 / static_cast<A>(p_.count);
-        if (p_.count > 1) unbiased = t2 / static_cast<A>(p_.count - 1);
+        const double dev = sum1 / count;
+        // One value has no spread: exactly 0, whatever rounding left in S2 − S1·d.
+        const double m2 = count > 1 ? std::max(0.0, sum2 - sum1 * dev) : 0.0;
+        mu = shift_[ch] + dev;
+        var = m2 / count;
+        if (count > 1) unbiased = m2 / (count - 1);
       }
-      const A istd = A(1) / std::sqrt(var + eps);
-      store_as(d_.t2, d_.saved_mean, ch, mu);
-      store_as(d_.t2, d_.saved_inv_std, ch, istd);
-      store_as(d_.t2, d_.running_mean, ch, any ? mom * old_mean + keep * mu : old_mean);
-      store_as(d_.t2, d_.running_var, ch, any ? mom * old_var + keep * unbiased : old_var);
-      mean_[ch] = mu;
-      ca_[ch] = istd * load_as<A>(d_.t1, d_.scale, ch);
+      const double istd = 1 / std::sqrt(var + eps);
+      store_as(d_.t2, d_.saved_mean, ch, static_cast<A>(mu));
+      store_as(d_.t2, d_.saved_inv_std, ch, static_cast<A>(istd));
+      store_as(d_.t2, d_.running_mean, ch, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
+      store_as(d_.t2, d_.running_var, ch, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
+      mean_[ch] = static_cast<A>(mu);
+      ca_[ch] = static_cast<A>(istd * load_as<double>(d_.t1, d_.scale, ch));
       cb_[ch] = load_as<A>(d_.t1, d_.bias, ch);
     }
   }
@@ -663,7 +788,7 @@ class Kernel {
     });
   }
 
-  const BatchNormDesc& d_;
+  const Job& d_;
   const Context& ctx_;
   Plan p_;
   const T* x_ = nullptr;
@@ -671,9 +796,13 @@ class Kernel {
   T* out_ = nullptr;
   bool fused_ = false;
   int64_t block_ = 1, slots_ = 1, slot_stride_ = 0;
-  ::gradops::detail::Workspace ws_;
-  A* part1_ = nullptr;  // grad: Σ dY pieces; forward: piece means
-  A* part2_ = nullptr;  // grad: Σ dY·(x - mean) pieces; forward: piece M2
+  ::gradops::detail::Workspace ws_, dws_;
+  A* part1_ = nullptr;  // grad: Σ dY pieces; forward: piece means m
+  A* part2_ = nullptr;  // grad: Σ dY·(x - mean) pieces; forward: piece Σ (x - m)²
+  A* part3_ = nullptr;  // forward: piece Σ (x - m)
+  double* shift_ = nullptr;   // forward: K = input_mean per channel
+  double* dpart1_ = nullptr;  // forward: piece Σ (x - K), then the channel's in piece 0
+  double* dpart2_ = nullptr;  // forward: piece Σ (x - K)²
   A* vec_[6] = {};
   A*& scale_ = vec_[0];  // grad only
   A*& istd_ = vec_[1];   // grad only
@@ -689,19 +818,18 @@ class Kernel {
 // cache for its next reader only if all of that fit, and the elementwise pass comes last, after
 // the inputs have gone through the caches once already.
 template <class T>
-Status RunTyped(const BatchNormDesc& desc, const Context& ctx) {
-  const int64_t tensors = desc.op == OpId::BatchNormalizationGrad ? 3 : 2;
-  const int64_t moved = tensors * desc.n * desc.c * desc.spatial * static_cast<int64_t>(sizeof(T));
-  const bool stream = moved >= stream_min_bytes();
-  if (desc.op == OpId::BatchNormalizationGrad)
-    return stream ? Kernel<T, true, true>(desc, ctx).run() : Kernel<T, true, false>(desc, ctx).run();
-  return stream ? Kernel<T, false, true>(desc, ctx).run() : Kernel<T, false, false>(desc, ctx).run();
+Status RunTyped(const Job& job, const Context& ctx) {
+  const int64_t tensors = job.grad ? 3 : 2;
+  const int64_t moved = tensors * job.n * job.c * job.spatial * static_cast<int64_t>(sizeof(T));
+  const bool stream = job.mode != Mode::reduce && moved >= stream_min_bytes();  // reduce writes no tensor
+  if (job.grad) return stream ? Kernel<T, true, true>(job, ctx).run() : Kernel<T, true, false>(job, ctx).run();
+  return stream ? Kernel<T, false, true>(job, ctx).run() : Kernel<T, false, false>(job, ctx).run();
 }
 
 }  // namespace
 
-Status BatchNorm(const BatchNormDesc& d, const Context& ctx) {
-  return visit_dtype(d.t, [&](auto tag) { return RunTyped<decltype(tag)>(d, ctx); });
+Status BatchNorm(const Job& job, const Context& ctx) {
+  return visit_dtype(job.t, [&](auto tag) { return RunTyped<decltype(tag)>(job, ctx); });
 }
 
 }  // namespace gradops::cpu::HWY_NAMESPACE
@@ -710,13 +838,74 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace gradops::cpu {
 HWY_EXPORT(BatchNorm);
+
+namespace {
+Status run_job(const batch_norm::Job& job, const Context& ctx) {
+  if (job.c == 0) {  // no channels: every output is empty but the sums' count
+    // (n·spatial in f64: with no channels the other dims may multiply past int64)
+    if (job.mode == batch_norm::Mode::reduce)
+      job.sums_out[0] = static_cast<double>(job.n) * static_cast<double>(job.spatial);
+    return {};
+  }
+  apply_simd_target_from_environment();
+  return HWY_DYNAMIC_DISPATCH(BatchNorm)(job, ctx);
+}
+
+batch_norm::Job grad_job(const detail::BatchNormGradDesc& d, batch_norm::Mode mode) {
+  batch_norm::Job j;
+  static_cast<detail::BatchNormShape&>(j) = d.shape;
+  j.grad = true;
+  j.mode = mode;
+  j.x = d.x, j.scale = d.scale, j.dy = d.dy, j.mean = d.mean, j.inv_std = d.inv_std;
+  j.dx = d.dx, j.dscale = d.dscale, j.dbias = d.dbias;
+  return j;
+}
+
+batch_norm::Job forward_job(const detail::BatchNormForwardDesc& d, batch_norm::Mode mode) {
+  batch_norm::Job j;
+  static_cast<detail::BatchNormShape&>(j) = d.shape;
+  j.mode = mode;
+  j.x = d.x, j.scale = d.scale, j.bias = d.bias, j.input_mean = d.input_mean, j.input_var = d.input_var;
+  j.y = d.y, j.running_mean = d.running_mean, j.running_var = d.running_var;
+  j.saved_mean = d.saved_mean, j.saved_inv_std = d.saved_inv_std;
+  j.epsilon = d.epsilon, j.momentum = d.momentum;
+  return j;
+}
+}  // namespace
 }  // namespace gradops::cpu
 
 namespace gradops::detail {
-Status cpu_batch_norm(const BatchNormDesc& d, const Context& ctx) {
-  if (d.c == 0) return {};  // no channels: every output is empty
-  cpu::apply_simd_target_from_environment();
-  return HWY_DYNAMIC_DISPATCH(cpu::BatchNorm)(d, ctx);
+using cpu::batch_norm::Mode;
+
+Status cpu_batch_norm_grad(const BatchNormGradDesc& d, const Context& ctx) {
+  return cpu::run_job(cpu::grad_job(d, Mode::fused), ctx);
+}
+Status cpu_batch_norm_forward(const BatchNormForwardDesc& d, const Context& ctx) {
+  return cpu::run_job(cpu::forward_job(d, Mode::fused), ctx);
+}
+Status cpu_batch_norm_grad_reduce(const BatchNormGradReduceDesc& d, const Context& ctx) {
+  BatchNormGradDesc g{};
+  g.shape = d.shape, g.dy = d.dy, g.x = d.x, g.mean = d.mean, g.inv_std = d.inv_std;
+  cpu::batch_norm::Job j = cpu::grad_job(g, Mode::reduce);
+  j.sums_out = d.sums;
+  return cpu::run_job(j, ctx);
+}
+Status cpu_batch_norm_grad_apply(const BatchNormGradApplyDesc& d, const Context& ctx) {
+  cpu::batch_norm::Job j = cpu::grad_job(d.grad, Mode::apply);
+  j.sums_in = d.sums;
+  return cpu::run_job(j, ctx);
+}
+Status cpu_batch_norm_stats_reduce(const BatchNormStatsReduceDesc& d, const Context& ctx) {
+  BatchNormForwardDesc f{};
+  f.shape = d.shape, f.x = d.x, f.input_mean = d.input_mean;
+  cpu::batch_norm::Job j = cpu::forward_job(f, Mode::reduce);
+  j.sums_out = d.sums;
+  return cpu::run_job(j, ctx);
+}
+Status cpu_batch_norm_stats_apply(const BatchNormStatsApplyDesc& d, const Context& ctx) {
+  cpu::batch_norm::Job j = cpu::forward_job(d.fwd, Mode::apply);
+  j.sums_in = d.sums;
+  return cpu::run_job(j, ctx);
 }
 }  // namespace gradops::detail
 #endif

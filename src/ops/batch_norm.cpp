@@ -1,4 +1,5 @@
-// BatchNorm family, op layer: layout and shape rules, then the implementation list.
+// BatchNorm family, op layer: layout and shape rules, one descriptor per op, the implementation
+// lists.
 #include "ops/batch_norm.hpp"
 
 #include <cmath>
@@ -10,12 +11,48 @@
 namespace gradops::detail {
 namespace {
 
-constexpr Impl<BatchNormDesc> kImpls[] = {
-    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm, nullptr, cpu_simd_target},
+// One list per op (each has its own descriptor). A backend that covers several ops adds a row to
+// each, and the family's rows below once, with `implements` naming its ops where it lacks some.
+constexpr Impl<BatchNormGradDesc> kGradImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad, nullptr, cpu_simd_target},
 };
-constexpr auto kRows = row_infos(kImpls);
+constexpr Impl<BatchNormForwardDesc> kForwardImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_forward, nullptr, cpu_simd_target},
+};
+constexpr Impl<BatchNormStatsReduceDesc> kStatsReduceImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_stats_reduce, nullptr, cpu_simd_target},
+};
+constexpr Impl<BatchNormStatsApplyDesc> kStatsApplyImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_stats_apply, nullptr, cpu_simd_target},
+};
+constexpr Impl<BatchNormGradReduceDesc> kGradReduceImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad_reduce, nullptr, cpu_simd_target},
+};
+constexpr Impl<BatchNormGradApplyDesc> kGradApplyImpls[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr, cpu_batch_norm_grad_apply, nullptr, cpu_simd_target},
+};
+// What supports(), implementations() and `gradops list` read: the CPU row runs every op.
+constexpr RowInfo kRows[] = {
+    {"cpu:simd", DeviceType::cpu, nullptr},
+};
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
+
+// Where each tensor sits in the op's argument lists; -1 where the op has none.
+struct Roles {
+  int x, dy, scale, bias, mean, inv_std, input_mean, input_var, sums;  // inputs
+  int out_main, out_sums;                                              // outputs: X_grad or Y; sums
+};
+Roles roles_of(OpId op) {
+  switch (op) {
+    case OpId::BatchNormalizationGrad: return {1, 0, 2, -1, 3, 4, -1, -1, -1, 0, -1};
+    case OpId::BatchNormGradReduce: return {1, 0, -1, -1, 2, 3, -1, -1, -1, -1, 0};
+    case OpId::BatchNormGradApply: return {1, 0, 2, -1, 3, 4, -1, -1, 5, 0, -1};
+    case OpId::BatchNormStatsReduce: return {0, -1, -1, -1, -1, -1, 1, -1, -1, -1, 0};
+    case OpId::BatchNormStatsApply: return {0, -1, 1, 2, -1, -1, 3, 4, 5, 0, -1};
+    default: return {0, -1, 1, 2, -1, -1, 3, 4, -1, 0, -1};  // BatchNormInternal
+  }
+}
 
 // Every per-channel tensor is 1-D with C values; `where` says where C came from.
 Status require_channels(const OpCall& c, std::string_view name, const TensorView& t, int64_t channels,
@@ -26,96 +63,119 @@ Status require_channels(const OpCall& c, std::string_view name, const TensorView
                         " (1-D, one value per channel; " + where + ")");
 }
 
+// The split's sums: 1-D, two per channel and the count.
+Status require_sums(const OpCall& c, std::string_view name, const TensorView& t, int64_t channels,
+                    const std::string& where) {
+  if (t.rank == 1 && t.dims[0] == batch_norm_sums_size(channels)) return {};
+  const int64_t want[] = {batch_norm_sums_size(channels)};
+  return invalid(c, quoted(name) + " has shape " + shape_string(t.shape()) + ", expected " + shape_string(want) +
+                        " (1-D, 2·C + 1: two sums per channel, then the count; " + where + ")");
+}
+
 }  // namespace
 
 std::span<const RowInfo> batch_norm_rows() { return kRows; }
 
 Status run_batch_norm(const OpCall& c, const Context& ctx) {
   const OpSchema& op = *c.op;
-  const bool grad = op.id == OpId::BatchNormalizationGrad;
-  BatchNormDesc d{};
-  d.op = op.id;
-  d.t = c.types[0];
-  d.t1 = c.types[1];
-  d.t2 = c.types[2];
+  const OpId id = op.id;
+  const Roles r = roles_of(id);
+  const bool reduce_half = id == OpId::BatchNormGradReduce || id == OpId::BatchNormStatsReduce;
+  const bool forward = id == OpId::BatchNormInternal || id == OpId::BatchNormStatsApply;
+
+  BatchNormShape sh{};
+  // (T, T1, T2[, S]), or (T, T2, S) for the reduce halves, which have no T1.
+  sh.t = c.types[0];
+  sh.t1 = reduce_half ? c.types[0] : c.types[1];
+  sh.t2 = reduce_half ? c.types[1] : c.types[2];
 
   const double layout = c.attribute("channels_last");
   if (layout != 0 && layout != 1)
     return invalid(c, "attribute 'channels_last' is " + std::to_string(static_cast<int64_t>(layout)) +
                           ", expected 0 (NCHW, channels on axis 1) or 1 (NHWC, channels on the last axis)");
-  d.channels_last = layout == 1;
-  if (!grad) {
-    const double mode = c.attribute("training_mode");
-    if (mode != 1)
-      return invalid(c, "attribute 'training_mode' is " + std::to_string(static_cast<int64_t>(mode)) +
-                            ", expected 1: gradops runs BatchNormInternal in its training form only (inference "
-                            "is an elementwise scale and shift by the running statistics)");
-    const double eps = c.attribute("epsilon"), momentum = c.attribute("momentum");
+  sh.channels_last = layout == 1;
+  float epsilon = 0, momentum = 0;
+  if (forward) {
+    if (op.find_attribute("training_mode") >= 0) {
+      const double mode = c.attribute("training_mode");
+      if (mode != 1)
+        return invalid(c, "attribute 'training_mode' is " + std::to_string(static_cast<int64_t>(mode)) +
+                              ", expected 1: gradops runs BatchNormInternal in its training form only (inference "
+                              "is an elementwise scale and shift by the running statistics)");
+    }
+    const double eps = c.attribute("epsilon"), mom = c.attribute("momentum");
     if (!(eps >= 0) || std::isinf(eps))
       return invalid(c, "attribute 'epsilon' is " + std::to_string(eps) + ", expected a finite value >= 0");
-    if (std::isinf(momentum))
-      return invalid(c, "attribute 'momentum' is " + std::to_string(momentum) + ", expected a finite value");
-    d.epsilon = static_cast<float>(eps);
-    d.momentum = static_cast<float>(momentum);
-  } else {
-    d.epsilon = static_cast<float>(c.attribute("epsilon"));  // unused: the saved inverse std includes it
+    if (std::isinf(mom))
+      return invalid(c, "attribute 'momentum' is " + std::to_string(mom) + ", expected a finite value");
+    epsilon = static_cast<float>(eps);
+    momentum = static_cast<float>(mom);
   }
+  // BatchNormalizationGrad's epsilon is not read: the saved inverse std includes it.
 
-  // Grad: (dY, X, scale, mean, variance) -> (X_grad[, scale_grad][, bias_grad]).
-  // Forward: (X, scale, B, input_mean, input_var) -> (Y[, running_mean, running_var, saved_mean,
-  // saved_inv_std]).
-  const int xi = grad ? 1 : 0;
-  const TensorView& x = c.input(xi);
-  const std::string xname = quoted(c.in_name(xi));
+  const TensorView& x = c.input(r.x);
+  const std::string xname = quoted(c.in_name(r.x));
   if (x.rank < 1)
     return invalid(c, xname + " has rank 0, expected rank >= 1 (a batch of values per channel)");
   std::string where;
   if (x.rank == 1) {
     // No channel axis in either layout: N values of a single channel, as ORT reads rank 1.
-    d.n = x.dims[0], d.c = 1, d.spatial = 1;
+    sh.n = x.dims[0], sh.c = 1, sh.spatial = 1;
     where = "rank-1 " + xname + " has a single channel";
-  } else if (d.channels_last) {
-    d.n = x.dims[0], d.c = x.dims[x.rank - 1], d.spatial = dims_product(x, 1, x.rank - 1);
-    where = "C = " + std::to_string(d.c) + " is the last dim of " + xname + ", shape " + shape_string(x.shape()) +
+  } else if (sh.channels_last) {
+    sh.n = x.dims[0], sh.c = x.dims[x.rank - 1], sh.spatial = dims_product(x, 1, x.rank - 1);
+    where = "C = " + std::to_string(sh.c) + " is the last dim of " + xname + ", shape " + shape_string(x.shape()) +
             ", channels_last = 1";
   } else {
-    d.n = x.dims[0], d.c = x.dims[1], d.spatial = dims_product(x, 2, x.rank);
-    where = "C = " + std::to_string(d.c) + " is dim 1 of " + xname + ", shape " + shape_string(x.shape());
+    sh.n = x.dims[0], sh.c = x.dims[1], sh.spatial = dims_product(x, 2, x.rank);
+    where = "C = " + std::to_string(sh.c) + " is dim 1 of " + xname + ", shape " + shape_string(x.shape());
   }
 
-  if (grad) {
-    if (Status s = require_same_shape(c, c.in_name(0), c.input(0), c.in_name(1), x); !s) return s;
-    if (Status s = require_same_shape(c, c.out_name(0), c.output(0), c.in_name(1), x); !s) return s;
-  } else {
-    if (Status s = require_same_shape(c, c.out_name(0), c.output(0), c.in_name(0), x); !s) return s;
-  }
-  for (int i = grad ? 2 : 1; i < static_cast<int>(op.inputs.size()); ++i)
-    if (Status s = require_channels(c, c.in_name(i), c.input(i), d.c, where); !s) return s;
-  for (int o = 1; o < static_cast<int>(op.outputs.size()); ++o)
-    if (c.has_output(o))
-      if (Status s = require_channels(c, c.out_name(o), c.output(o), d.c, where); !s) return s;
+  if (r.dy >= 0)
+    if (Status s = require_same_shape(c, c.in_name(r.dy), c.input(r.dy), c.in_name(r.x), x); !s) return s;
+  if (r.out_main >= 0)
+    if (Status s = require_same_shape(c, c.out_name(r.out_main), c.output(r.out_main), c.in_name(r.x), x); !s)
+      return s;
+  for (int i : {r.scale, r.bias, r.mean, r.inv_std, r.input_mean, r.input_var})
+    if (i >= 0)
+      if (Status s = require_channels(c, c.in_name(i), c.input(i), sh.c, where); !s) return s;
+  if (r.sums >= 0)
+    if (Status s = require_sums(c, c.in_name(r.sums), c.input(r.sums), sh.c, where); !s) return s;
+  if (r.out_sums >= 0)
+    if (Status s = require_sums(c, c.out_name(r.out_sums), c.output(r.out_sums), sh.c, where); !s) return s;
+  for (int o = 0; o < static_cast<int>(op.outputs.size()); ++o)
+    if (o != r.out_main && o != r.out_sums && c.has_output(o))
+      if (Status s = require_channels(c, c.out_name(o), c.output(o), sh.c, where); !s) return s;
 
-  auto out_or_null = [&](int o) { return c.has_output(o) ? c.output(o).data : nullptr; };
-  d.x = x.data;
-  d.scale = c.input(grad ? 2 : 1).data;
-  if (grad) {
-    d.dy = c.input(0).data;
-    d.mean = c.input(3).data;
-    d.inv_std = c.input(4).data;
-    d.dx = c.output(0).data;
-    d.dscale = out_or_null(1);
-    d.dbias = out_or_null(2);
-  } else {
-    d.bias = c.input(2).data;
-    d.input_mean = c.input(3).data;
-    d.input_var = c.input(4).data;
-    d.y = c.output(0).data;
-    d.running_mean = out_or_null(1);
-    d.running_var = out_or_null(2);
-    d.saved_mean = out_or_null(3);
-    d.saved_inv_std = out_or_null(4);
+  auto in = [&](int i) -> const void* { return i >= 0 ? c.input(i).data : nullptr; };
+  auto out = [&](int o) -> void* { return o >= 0 && c.has_output(o) ? c.output(o).data : nullptr; };
+  auto grad_desc = [&] {
+    return BatchNormGradDesc{sh,          in(r.dy), in(r.x), in(r.scale), in(r.mean), in(r.inv_std), out(0),
+                             out(1),      out(2)};
+  };
+  auto forward_desc = [&] {
+    return BatchNormForwardDesc{sh,     in(r.x), in(r.scale), in(r.bias), in(r.input_mean), in(r.input_var),
+                                out(0), out(1),  out(2),      out(3),     out(4),           epsilon,
+                                momentum};
+  };
+  const auto* sums_in = static_cast<const double*>(in(r.sums));
+  switch (id) {
+    case OpId::BatchNormalizationGrad: return dispatch<BatchNormGradDesc>(kGradImpls, c, grad_desc(), ctx);
+    case OpId::BatchNormInternal: return dispatch<BatchNormForwardDesc>(kForwardImpls, c, forward_desc(), ctx);
+    case OpId::BatchNormGradApply:
+      return dispatch<BatchNormGradApplyDesc>(kGradApplyImpls, c, {grad_desc(), sums_in}, ctx);
+    case OpId::BatchNormStatsApply:
+      return dispatch<BatchNormStatsApplyDesc>(kStatsApplyImpls, c, {forward_desc(), sums_in}, ctx);
+    case OpId::BatchNormGradReduce:
+      return dispatch<BatchNormGradReduceDesc>(
+          kGradReduceImpls, c,
+          {sh, in(r.dy), in(r.x), in(r.mean), in(r.inv_std), static_cast<double*>(out(r.out_sums))}, ctx);
+    case OpId::BatchNormStatsReduce:
+      return dispatch<BatchNormStatsReduceDesc>(
+          kStatsReduceImpls, c, {sh, in(r.x), in(r.input_mean), static_cast<double*>(out(r.out_sums))}, ctx);
+    default: break;
   }
-  return dispatch<BatchNormDesc>(kImpls, c, d, ctx);
+  return Status(StatusCode::internal, std::string(op.name) + ": not a BatchNorm op");
 }
 
 }  // namespace gradops::detail

@@ -1,5 +1,9 @@
-// BatchNorm family: BatchNormalizationGrad and its forward, BatchNormInternal in training mode.
-// Statistics are per channel over N·spatial values, in either layout.
+// BatchNorm family: BatchNormalizationGrad and its forward, BatchNormInternal in training mode, and
+// gradops' own split of each at its per-channel sums (BatchNormStatsReduce + BatchNormStatsApply =
+// BatchNormInternal, BatchNormGradReduce + BatchNormGradApply = BatchNormalizationGrad), so that a
+// data-parallel caller can add every participant's sums with one all-reduce between the halves.
+// Statistics are per channel over N·spatial values, in either layout. The op layer
+// (src/ops/batch_norm.cpp) parses shapes and attributes; backends see only these descriptors.
 #pragma once
 
 #include <array>
@@ -21,39 +25,108 @@ inline constexpr std::array<TypeSignature, 7> kBatchNormSignatures = {{
     {{DType::f16, DType::f32, DType::f32}},
     {{DType::bf16, DType::bf16, DType::f32}},
 }};
+// The split's apply halves, (T, T1, T2, S): the same, with the sums in f64 (S) for every T.
+inline constexpr std::array<TypeSignature, 7> kBatchNormApplySignatures = {{
+    {{DType::f32, DType::f32, DType::f32, DType::f64}},
+    {{DType::f64, DType::f64, DType::f64, DType::f64}},
+    {{DType::f64, DType::f64, DType::f32, DType::f64}},
+    {{DType::f16, DType::f16, DType::f16, DType::f64}},
+    {{DType::f16, DType::f16, DType::f32, DType::f64}},
+    {{DType::f16, DType::f32, DType::f32, DType::f64}},
+    {{DType::bf16, DType::bf16, DType::f32, DType::f64}},
+}};
+// The reduce halves, (T, T2, S): they read no T1 tensor, so (f16, f16, f32) and (f16, f32, f32)
+// are one signature here.
+inline constexpr std::array<TypeSignature, 6> kBatchNormReduceSignatures = {{
+    {{DType::f32, DType::f32, DType::f64}},
+    {{DType::f64, DType::f64, DType::f64}},
+    {{DType::f64, DType::f32, DType::f64}},
+    {{DType::f16, DType::f16, DType::f64}},
+    {{DType::f16, DType::f32, DType::f64}},
+    {{DType::bf16, DType::f32, DType::f64}},
+}};
 
-struct BatchNormDesc {
-  OpId op;                // BatchNormalizationGrad or BatchNormInternal
-  DType t, t1, t2;        // X, Y, dY, X_grad | scale, B, scale_grad, bias_grad | statistics
-  // X is [n, c, spatial] (NCHW, ORT's layout) or [n, spatial, c] (channels_last), row-major;
-  // each channel reduces over n·spatial values.
+// The part every BatchNorm op shares: X's geometry and the dtypes. X is [n, c, spatial] (NCHW,
+// ORT's layout) or [n, spatial, c] (channels_last), row-major; each channel reduces over
+// n·spatial values. t1 is meaningless for the reduce halves (they have no T1 tensor).
+struct BatchNormShape {
+  DType t, t1, t2;  // X, Y, dY, X_grad | scale, B, scale_grad, bias_grad | statistics
   int64_t n, c, spatial;
   bool channels_last;
-
-  const void* x;          // both ops
-  const void* scale;      // both ops, c values
-
-  // BatchNormalizationGrad
-  const void* dy;
-  const void* mean;       // saved batch mean, c values
-  const void* inv_std;    // saved 1/sqrt(var + epsilon), c values (ORT's input "variance")
-  void* dx;
-  void* dscale;           // optional: nullptr when not wanted
-  void* dbias;            // optional
-
-  // BatchNormInternal
-  const void* bias;       // B, c values
-  const void* input_mean; // running statistics before the step, c values
-  const void* input_var;
-  void* y;
-  void* running_mean;     // optional; may be the very same buffer as input_mean
-  void* running_var;      // optional; may be the very same buffer as input_var
-  void* saved_mean;       // optional
-  void* saved_inv_std;    // optional
-  float epsilon;
-  float momentum;         // weight of the old running value
 };
 
-Status cpu_batch_norm(const BatchNormDesc& d, const Context& ctx);
+// The split's sums: one f64 tensor of 2·c + 1 values, [first sum per channel, second sum per
+// channel, count], so that participants add them with one all-reduce. count is n·spatial summed
+// over the participants.
+//   stats: Σ (x − K) and Σ (x − K)² per channel, K = input_mean (every participant's the same)
+//   grad:  Σ dY and Σ dY·x̂ per channel, x̂ = (x − mean)·inv_std
+inline constexpr int64_t batch_norm_sums_size(int64_t c) { return 2 * c + 1; }
+
+// BatchNormalizationGrad.
+struct BatchNormGradDesc {
+  BatchNormShape shape;
+  const void* dy;
+  const void* x;
+  const void* scale;    // c values
+  const void* mean;     // saved batch mean, c values
+  const void* inv_std;  // saved 1/sqrt(var + epsilon), c values (ORT's input "variance")
+  void* dx;
+  void* dscale;         // optional: nullptr when not wanted
+  void* dbias;          // optional
+};
+
+// BatchNormInternal (training).
+struct BatchNormForwardDesc {
+  BatchNormShape shape;
+  const void* x;
+  const void* scale;       // c values
+  const void* bias;        // B, c values
+  const void* input_mean;  // running statistics before the step, c values
+  const void* input_var;
+  void* y;
+  void* running_mean;      // optional; may be the very same buffer as input_mean
+  void* running_var;       // optional; may be the very same buffer as input_var
+  void* saved_mean;        // optional
+  void* saved_inv_std;     // optional
+  float epsilon;
+  float momentum;          // weight of the old running value
+};
+
+// BatchNormStatsReduce: BatchNormInternal's sums.
+struct BatchNormStatsReduceDesc {
+  BatchNormShape shape;
+  const void* x;
+  const void* input_mean;  // the shift K, c values
+  double* sums;            // batch_norm_sums_size(c) values
+};
+
+// BatchNormStatsApply: BatchNormInternal from the (summed) sums; `fwd` as BatchNormInternal's.
+struct BatchNormStatsApplyDesc {
+  BatchNormForwardDesc fwd;
+  const double* sums;  // batch_norm_sums_size(c) values
+};
+
+// BatchNormGradReduce: BatchNormalizationGrad's sums.
+struct BatchNormGradReduceDesc {
+  BatchNormShape shape;
+  const void* dy;
+  const void* x;
+  const void* mean;
+  const void* inv_std;
+  double* sums;  // batch_norm_sums_size(c) values
+};
+
+// BatchNormGradApply: BatchNormalizationGrad from the (summed) sums; `grad` as its descriptor.
+struct BatchNormGradApplyDesc {
+  BatchNormGradDesc grad;
+  const double* sums;  // batch_norm_sums_size(c) values
+};
+
+Status cpu_batch_norm_grad(const BatchNormGradDesc& d, const Context& ctx);
+Status cpu_batch_norm_forward(const BatchNormForwardDesc& d, const Context& ctx);
+Status cpu_batch_norm_stats_reduce(const BatchNormStatsReduceDesc& d, const Context& ctx);
+Status cpu_batch_norm_stats_apply(const BatchNormStatsApplyDesc& d, const Context& ctx);
+Status cpu_batch_norm_grad_reduce(const BatchNormGradReduceDesc& d, const Context& ctx);
+Status cpu_batch_norm_grad_apply(const BatchNormGradApplyDesc& d, const Context& ctx);
 
 }  // namespace gradops::detail

@@ -20,7 +20,7 @@ struct OpCall {
   std::array<const TensorView*, kMaxArgs> in{};   // nullptr: optional input absent
   std::array<const TensorView*, kMaxArgs> out{};  // nullptr: optional output not wanted
   std::array<double, kMaxAttrs> attr{};           // by schema index, defaults filled in
-  std::array<DType, 3> types{};                   // the matched signature, by type variable
+  std::array<DType, 4> types{};                   // the matched signature, by type variable
   Device device{};                                // the device of every tensor
 
   const TensorView& input(int i) const { return *in[i]; }

@@ -17,20 +17,28 @@ constexpr bool kExt = true, kOrt = false;
 constexpr std::string_view kT[] = {"T"};
 constexpr std::string_view kTUV[] = {"T", "U", "V"};
 constexpr std::string_view kTT1T2[] = {"T", "T1", "T2"};
+constexpr std::string_view kTT2S[] = {"T", "T2", "S"};
+constexpr std::string_view kTT1T2S[] = {"T", "T1", "T2", "S"};
 
 constexpr TypeSignature kAllT[] = {{{f32}}, {{f64}}, {{f16}}, {{bf16}}};
 // LayerNorm family (T, U, V): the family contract's list (src/ops/layer_norm.hpp).
 constexpr std::span<const TypeSignature> kLayerNormSigs = detail::kLayerNormSignatures;
 // BatchNorm (T, T1, T2): the family contract's list (src/ops/batch_norm.hpp).
 constexpr std::span<const TypeSignature> kBatchNormSigs = detail::kBatchNormSignatures;
+// The BatchNorm split (gradops' own): the same signatures with S = f64, the sums' type; the reduce
+// halves have no T1.
+constexpr std::span<const TypeSignature> kBatchNormApplySigs = detail::kBatchNormApplySignatures;
+constexpr std::span<const TypeSignature> kBatchNormReduceSigs = detail::kBatchNormReduceSignatures;
 
 constexpr AliasRule kDxMayBeDy[] = {{0, 0}};
 constexpr AliasRule kBatchNormInternalAliases[] = {{1, 3}, {2, 4}};
+constexpr std::string_view kGradops = "gradops";  // the domain of gradops' own operators
 
 // Output shapes (ShapeRule): like input i, or one value per row of input i.
 constexpr ShapeRule kLike0{ShapeRule::like_input, 0}, kLike1{ShapeRule::like_input, 1},
     kLike2{ShapeRule::like_input, 2}, kLike3{ShapeRule::like_input, 3};
 constexpr ShapeRule kRowsOf0{ShapeRule::rows_of_input, 0};
+constexpr ShapeRule kSumsOf1{ShapeRule::channel_sums, 1}, kSumsOf2{ShapeRule::channel_sums, 2};
 
 // ---- arguments --------------------------------------------------------------------------------
 
@@ -115,6 +123,41 @@ constexpr ArgSchema kOut_BatchNormInternal[] = {
     {"saved_mean", 2, kOpt, kOrt, "batch mean", kLike3},
     {"saved_inv_std", 2, kOpt, kOrt, "1/sqrt(biased batch variance + epsilon)", kLike3}};
 
+// The BatchNorm split. `sums` is one S tensor of 2·C + 1 values: two per-channel sums and the count
+// of values they cover, so that a data-parallel caller adds every participant's with one
+// all-reduce between the reduce and the apply (docs/ops/batch_norm.md).
+constexpr ArgSchema kIn_BatchNormStatsReduce[] = {
+    {"X", 0, kReq, kExt, "input"},
+    {"input_mean", 1, kReq, kExt, "running mean before the step: the shift the sums are taken about"}};
+constexpr ArgSchema kOut_BatchNormStatsReduce[] = {
+    {"sums", 2, kReq, kExt, "[sum(x - input_mean) per channel, sum((x - input_mean)^2) per channel, N*spatial]",
+     kSumsOf1}};
+constexpr ArgSchema kIn_BatchNormStatsApply[] = {
+    {"X", 0, kReq, kExt, "input"},
+    {"scale", 1, kReq, kExt, "scale, one per channel"},
+    {"B", 1, kReq, kExt, "bias, one per channel"},
+    {"input_mean", 2, kReq, kExt, "running mean before the step (the sums' shift)"},
+    {"input_var", 2, kReq, kExt, "running variance before the step"},
+    {"sums", 3, kReq, kExt, "BatchNormStatsReduce's sums, added over every participant"}};
+constexpr ArgSchema kIn_BatchNormGradReduce[] = {
+    {"dY", 0, kReq, kExt, "incoming gradient"},
+    {"X", 0, kReq, kExt, "forward input"},
+    {"mean", 1, kReq, kExt, "saved batch mean, one per channel"},
+    {"inv_std", 1, kReq, kExt, "saved inverse std 1/sqrt(var + epsilon), one per channel"}};
+constexpr ArgSchema kOut_BatchNormGradReduce[] = {
+    {"sums", 2, kReq, kExt, "[sum(dY) per channel, sum(dY*xhat) per channel, N*spatial]", kSumsOf2}};
+constexpr ArgSchema kIn_BatchNormGradApply[] = {
+    {"dY", 0, kReq, kExt, "incoming gradient"},
+    {"X", 0, kReq, kExt, "forward input"},
+    {"scale", 1, kReq, kExt, "scale, one per channel"},
+    {"mean", 2, kReq, kExt, "saved batch mean, one per channel"},
+    {"inv_std", 2, kReq, kExt, "saved inverse std 1/sqrt(var + epsilon), one per channel"},
+    {"sums", 3, kReq, kExt, "BatchNormGradReduce's sums, added over every participant"}};
+constexpr ArgSchema kOut_BatchNormGradApply[] = {
+    {"X_grad", 0, kReq, kExt, "gradient of X", kLike1},
+    {"scale_grad", 1, kOpt, kExt, "gradient of scale (the sums' sum(dY*xhat))", kLike2},
+    {"bias_grad", 1, kOpt, kExt, "gradient of bias (the sums' sum(dY))", kLike2}};
+
 // ---- attributes -------------------------------------------------------------------------------
 
 // Ranges (min, max, min_open, max_open): FLOAT attributes are checked after rounding to f32, so
@@ -164,6 +207,12 @@ constexpr AttrSchema kBatchNormInternalAttrs[] = {
     {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
     {"momentum", AttrType::float32, 0.9, false, kOrt, "weight of the old running value; in [0, 1]", 0, 1},
     {"training_mode", AttrType::int64, 1, false, kOrt, "must be 1: gradops runs the training form", 1, 1},
+    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
+constexpr AttrSchema kBatchNormSplitAttrs[] = {
+    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
+constexpr AttrSchema kBatchNormStatsApplyAttrs[] = {
+    {"epsilon", AttrType::float32, 1e-5, false, kExt, "added to the variance; finite and >= 0", 0, kFltMax},
+    {"momentum", AttrType::float32, 0.9, false, kExt, "weight of the old running value; in [0, 1]", 0, 1},
     {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 
 // ---- the table --------------------------------------------------------------------------------
@@ -248,6 +297,23 @@ constexpr OpSchema kOps[] = {
     {OpId::BatchNormInternal, "BatchNormInternal", kMs, 1, F::batch_norm, kFwd, kChecked, kTT1T2,
      kIn_BatchNormInternal, kOut_BatchNormInternal, kBatchNormInternalAttrs, kBatchNormSigs,
      kBatchNormInternalAliases, "BatchNorm training step with saved statistics"},
+
+    {OpId::BatchNormStatsReduce, "BatchNormStatsReduce", kGradops, 1, F::batch_norm, kFwd, kChecked, kTT2S,
+     kIn_BatchNormStatsReduce, kOut_BatchNormStatsReduce, kBatchNormSplitAttrs, kBatchNormReduceSigs, {},
+     "BatchNormInternal's first half: per-channel sums about input_mean, added across participants",
+     OpOrigin::gradops},
+    {OpId::BatchNormStatsApply, "BatchNormStatsApply", kGradops, 1, F::batch_norm, kFwd, kChecked, kTT1T2S,
+     kIn_BatchNormStatsApply, kOut_BatchNormInternal, kBatchNormStatsApplyAttrs, kBatchNormApplySigs,
+     kBatchNormInternalAliases, "BatchNormInternal's second half: statistics from the summed sums, then Y",
+     OpOrigin::gradops},
+    {OpId::BatchNormGradReduce, "BatchNormGradReduce", kGradops, 1, F::batch_norm, kFwd, kChecked, kTT2S,
+     kIn_BatchNormGradReduce, kOut_BatchNormGradReduce, kBatchNormSplitAttrs, kBatchNormReduceSigs, {},
+     "BatchNormalizationGrad's first half: per-channel sum(dY) and sum(dY*xhat), added across participants",
+     OpOrigin::gradops},
+    {OpId::BatchNormGradApply, "BatchNormGradApply", kGradops, 1, F::batch_norm, kFwd, kChecked, kTT1T2S,
+     kIn_BatchNormGradApply, kOut_BatchNormGradApply, kBatchNormSplitAttrs, kBatchNormApplySigs, {},
+     "BatchNormalizationGrad's second half: X_grad (and scale_grad, bias_grad) from the summed sums",
+     OpOrigin::gradops},
 };
 
 constexpr bool table_in_id_order() {

@@ -339,6 +339,10 @@ TensorSpec output_spec(const OpCall& c, int o) {
   t.dtype = c.types[a.type_var];
   t.rank = std::min(src.rank, kMaxRank);
   for (int d = 0; d < t.rank; ++d) t.dims[d] = src.dims[d];
+  if (a.shape.kind == ShapeRule::channel_sums) {
+    t.rank = 1;
+    t.dims[0] = src.rank == 1 ? 2 * src.dims[0] + 1 : 1;  // another shape is rejected by the family
+  }
   if (a.shape.kind == ShapeRule::rows_of_input) {
     const double axis = c.attribute("axis", -1);
     const int64_t first = axis < 0 ? static_cast<int64_t>(axis) + t.rank : static_cast<int64_t>(axis);

@@ -341,8 +341,10 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
             fast = _local.fast
         except AttributeError:
             fast = _local.fast = {}
+        ptrs = None
         if _np is not None and type(inputs[0]) is _np.ndarray:
-            key = _numpy_key(op, inputs, attr_values, want, num_threads)
+            ptrs = []
+            key = _numpy_key(op, inputs, attr_values, want, num_threads, ptrs)
         else:
             key = [op, attr_values, want, num_threads]
             try:
@@ -366,8 +368,8 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
                     r = res[i] = alloc() if k < 0 else alloc(inputs[k])
                     d.data = r.data_ptr()
             else:
-                for i, d in ins:
-                    d.data = inputs[i].__array_interface__["data"][0]
+                for (i, d), p in zip(ins, ptrs):
+                    d.data = p
                 for i, d, k, alloc in outs:
                     r = res[i] = alloc()
                     d.data = r.__array_interface__["data"][0]
@@ -394,8 +396,9 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
 _NP_TYPESTR = {"<f4", "<f8", "<f2"}
 
 
-def _numpy_key(op, inputs, attr_values, want, num_threads):
-    """The fast key of a call on C-contiguous numpy arrays of gradops' dtypes, or None."""
+def _numpy_key(op, inputs, attr_values, want, num_threads, ptrs):
+    """The fast key of a call on C-contiguous numpy arrays of gradops' dtypes, or None; appends
+    the arrays' data pointers to ptrs."""
     np = _np
     if np is None:
         return None
@@ -411,6 +414,7 @@ def _numpy_key(op, inputs, attr_values, want, num_threads):
             return None
         key.append(ai["typestr"])
         key.append(ai["shape"])
+        ptrs.append(ai["data"][0])
     return tuple(key)
 
 

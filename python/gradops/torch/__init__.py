@@ -437,9 +437,21 @@ _TORCH_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float1
 _NAME_TORCH = {v: k for k, v in _TORCH_NAMES.items()}
 
 
+_stats_memo = {}
+
+
 def _stats_dtype(t, t1, t2):
     """The statistics dtype (T2) for BatchNormInternal: the given one if the table has (T, T1, T2),
     else the first T2 the table pairs with (T, T1)."""
+    if _ops._compiling():
+        return _stats_dtype_of(t, t1, t2)
+    r = _stats_memo.get((t, t1, t2))
+    if r is None:
+        r = _stats_memo[(t, t1, t2)] = _stats_dtype_of(t, t1, t2)
+    return r
+
+
+def _stats_dtype_of(t, t1, t2):
     sigs = _table["BatchNormInternal"].signatures
     names = (_TORCH_NAMES.get(t), _TORCH_NAMES.get(t1), _TORCH_NAMES.get(t2))
     if names in sigs:

@@ -221,16 +221,19 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
   const bool grad = op == "BatchNormalizationGrad" || op == "BatchNormGradReduce" || op == "BatchNormGradApply";
   const Tensor& x = *in[grad ? 1 : 0];
   const Layout l = layout_of(x.shape, attrs);
-  int64_t mc = l.count();
+  const int64_t local = l.count();
+  // Mc: this call's count, or for the apply halves the count in their sums, a real number (the
+  // formulas take it as given: the contract makes it the participants' total, an integer).
+  long double mc = static_cast<long double>(local);
 
   if (op == "BatchNormStatsReduce") {
     const auto [s1, s2] = shifted_sums(x, l, *in[1]);
-    out.push_back(sums_tensor(s1, s2, mc));
+    out.push_back(sums_tensor(s1, s2, local));
     return true;
   }
   if (op == "BatchNormGradReduce") {
     const auto [s1, s2] = grad_sums(*in[0], x, l, *in[2], *in[3]);
-    out.push_back(sums_tensor(s1, s2, mc));
+    out.push_back(sums_tensor(s1, s2, local));
     return true;
   }
 
@@ -243,18 +246,19 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
     if (op == "BatchNormGradApply") {
       const Tensor& sums = *in[5];
       for (int64_t ch = 0; ch < l.c; ++ch) s1[ch] = sums.v[ch], s2[ch] = sums.v[l.c + ch];
-      mc = static_cast<int64_t>(sums.v[2 * l.c]);
+      mc = sums.v[2 * l.c];
     }
     auto xhat = [&](int64_t e) {
       const int64_t ch = l.channel(e);
       return (static_cast<long double>(x.v[e]) - mean.v[ch]) * inv_std.v[ch];
     };
+    // No count (an apply half given Mc <= 0): nothing to subtract.
+    const long double inv_mc = mc > 0 ? 1.0L / mc : 0.0L;
     Tensor dx(x.shape), dscale({l.c}), dbias({l.c});
     for (int64_t e = 0; e < x.numel(); ++e) {
       const int64_t ch = l.channel(e);
       const long double k = static_cast<long double>(scale.v[ch]) * inv_std.v[ch];
-      dx.v[e] = static_cast<double>(k * (dy.v[e] - s1[ch] / static_cast<long double>(mc) -
-                                         xhat(e) * s2[ch] / static_cast<long double>(mc)));
+      dx.v[e] = static_cast<double>(k * (dy.v[e] - s1[ch] * inv_mc - xhat(e) * s2[ch] * inv_mc));
     }
     for (int64_t ch = 0; ch < l.c; ++ch) {
       dscale.v[ch] = static_cast<double>(s2[ch]);
@@ -271,29 +275,34 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
   const Tensor &scale = *in[1], &b = *in[2], &old_mean = *in[3], &old_var = *in[4];
   const double eps = attr_or(attrs, "epsilon", 1e-5), m = attr_or(attrs, "momentum", 0.9);
   Stats st = channel_stats(x, l);
+  std::vector<long double> unbiased_of;  // the apply half's, from its sums
   if (op == "BatchNormStatsApply") {  // the statistics from the given sums alone
     const Tensor& sums = *in[5];
-    mc = static_cast<int64_t>(sums.v[2 * l.c]);
-    for (int64_t ch = 0; mc > 0 && ch < l.c; ++ch) {
-      const long double d = static_cast<long double>(sums.v[ch]) / mc;
-      st.mean[ch] = static_cast<double>(old_mean.v[ch] + d);
-      st.var[ch] = static_cast<double>(std::max(0.0L, static_cast<long double>(sums.v[l.c + ch]) / mc - d * d));
+    mc = sums.v[2 * l.c];
+    unbiased_of.assign(l.c, 0.0L);
+    for (int64_t ch = 0; ch < l.c; ++ch) {
+      // M2 = S2 - S1·d, the sum of squared deviations; one value has none, and rounding may leave
+      // it just below 0 (NaN stays NaN).
+      const long double s1 = sums.v[ch], d = s1 / mc, raw = sums.v[l.c + ch] - s1 * d;
+      const long double m2 = mc == 1 || raw < 0 ? 0.0L : raw;
+      st.mean[ch] = mc > 0 ? static_cast<double>(old_mean.v[ch] + d) : 0.0;
+      st.var[ch] = mc > 0 ? static_cast<double>(m2 / mc) : 0.0;
+      unbiased_of[ch] = mc > 1 ? m2 / (mc - 1) : std::numeric_limits<long double>::quiet_NaN();
     }
-    if (mc == 1) std::fill(st.var.begin(), st.var.end(), 0.0);  // one value has no spread
-    if (mc == 0) std::fill(st.mean.begin(), st.mean.end(), 0.0), std::fill(st.var.begin(), st.var.end(), 0.0);
   }
   Tensor y(x.shape), rmean({l.c}), rvar({l.c}), smean({l.c}), sistd({l.c});
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const long double istd = 1.0L / std::sqrt(static_cast<long double>(st.var[ch]) + eps);
     smean.v[ch] = st.mean[ch];
     sistd.v[ch] = static_cast<double>(istd);
-    if (mc == 0) {
+    if (!(mc > 0)) {
       rmean.v[ch] = old_mean.v[ch];
       rvar.v[ch] = old_var.v[ch];
       continue;
     }
-    const long double unbiased = mc > 1 ? static_cast<long double>(st.var[ch]) * mc / (mc - 1)
-                                        : std::numeric_limits<long double>::quiet_NaN();
+    const long double unbiased = !unbiased_of.empty() ? unbiased_of[ch]
+                                 : mc > 1           ? static_cast<long double>(st.var[ch]) * mc / (mc - 1)
+                                                    : std::numeric_limits<long double>::quiet_NaN();
     rmean.v[ch] = static_cast<double>(m * static_cast<long double>(old_mean.v[ch]) + (1.0L - m) * st.mean[ch]);
     rvar.v[ch] = static_cast<double>(m * static_cast<long double>(old_var.v[ch]) + (1.0L - m) * unbiased);
   }

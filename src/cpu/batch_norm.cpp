@@ -659,8 +659,9 @@ class Kernel {
       double mu = 0, var = 0, unbiased = std::numeric_limits<double>::quiet_NaN();
       if (any) {
         const double dev = sum1 / count;
-        // One value has no spread: exactly 0, whatever rounding left in S2 − S1·d.
-        const double m2 = count > 1 ? std::max(0.0, sum2 - sum1 * dev) : 0.0;
+        // M2 = S2 − S1·d: one value has no spread (exactly 0, whatever rounding left), and
+        // rounding may take it just below 0; NaN stays NaN.
+        const double raw = sum2 - sum1 * dev, m2 = count == 1 || raw < 0 ? 0.0 : raw;
         mu = shift_[ch] + dev;
         var = m2 / count;
         if (count > 1) unbiased = m2 / (count - 1);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "gradops/ops.hpp"
 #include "ops/dispatch.hpp"
@@ -163,8 +164,10 @@ Status check_aliasing(const OpCall& c) {
 Status check_types(OpCall& c) {
   const OpSchema& op = *c.op;
   constexpr int kUnset = -1;
-  std::array<int, 3> var{kUnset, kUnset, kUnset};
-  std::array<std::string_view, 3> first{};
+  constexpr std::size_t kVars = std::tuple_size_v<decltype(TypeSignature::types)>;
+  std::array<int, kVars> var;
+  var.fill(kUnset);
+  std::array<std::string_view, kVars> first{};
   auto visit = [&](const ArgSchema& a, const TensorView* t) -> Status {
     if (!t) return {};
     int& v = var[a.type_var];

@@ -48,16 +48,39 @@ if [ -n "$exporter" ]; then
 fi
 
 step "pytest"
-(cd "$out" && timeout 900 "$vpy" -m pytest -q -rA --junitxml=pytest.xml "$OLDPWD/python/tests") \
+(cd "$out" && timeout 900 "$vpy" -m pytest -q -rsx --junitxml=pytest.xml "$OLDPWD/python/tests") \
   >"$out/pytest.log" 2>&1; rc=$?
 tail -n 40 "$out/pytest.log"; echo "pytest rc=$rc"; ((rc)) && status=1
 note "pytest: $(tail -n 1 "$out/pytest.log" | tr -d '=' | sed 's/^ *//') (rc=$rc)"
-# The parts the lead checks by name: each test's outcome, from pytest's -rA short summary.
-for t in test_sync_batch_norm_nccl_two_gpus test_sync_batch_norm_gloo_cpu test_compile_fullgraph test_opcheck test_cuda_batch_norm; do
-  res=$(grep -E "^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS).*$t" "$out/pytest.log" | awk '{print $1}' | sort | uniq -c | \
-        awk '{printf "%s%s %s", (NR>1?", ":""), $1, $2}')
-  note "$t: ${res:-not run}"
-done
+# The parts to check by name: each test's outcomes (with the first skip or xfail reason), from
+# pytest's JUnit XML.
+if [ -f "$out/pytest.xml" ]; then
+  while IFS= read -r line; do note "$line"; done < <("$vpy" - "$out/pytest.xml" <<'PY'
+import collections, sys, xml.etree.ElementTree as ET
+names = ("test_sync_batch_norm_nccl_two_gpus", "test_sync_batch_norm_gloo_cpu", "test_compile_fullgraph",
+         "test_compile_inference_no_grad", "test_opcheck", "test_cuda_batch_norm")
+seen = {n: collections.Counter() for n in names}
+why = {}
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    base = case.get("name", "").split("[")[0]
+    if base not in seen:
+        continue
+    kind, reason = "passed", ""
+    for child in case:
+        if child.tag in ("failure", "error"):
+            kind, reason = child.tag, (child.get("message") or "").splitlines()[0][:160] if child.get("message") else ""
+        elif child.tag == "skipped":
+            kind = "xfail" if child.get("type") == "pytest.xfail" else "skipped"
+            reason = (child.get("message") or "")[:160]
+    seen[base][kind] += 1
+    if reason and (base, kind) not in why:
+        why[(base, kind)] = reason
+for n in names:
+    parts = [f"{c} {k}" + (f" ({why[(n, k)]})" if (n, k) in why else "") for k, c in seen[n].items()]
+    print(f"{n}: " + ("; ".join(parts) if parts else "not run"))
+PY
+)
+fi
 
 step "per-call overhead (tiny tensors)"
 for dev in cuda cpu; do

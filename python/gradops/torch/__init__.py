@@ -8,7 +8,7 @@ before keeps working).
 
     LayerNorm, RMSNorm, GELU (approximate="none" | "tanh"), BiasGELU (a fused bias + GELU),
     QuickGELU, Softmax, LogSoftmax, BatchNorm1d/2d/3d, SyncBatchNorm (if the library has the
-    BatchNorm reduce/apply operators).
+    BatchNorm split operators).
 
 Every forward and backward is one library call; which operators, attributes and dtypes exist
 comes from the library. Unsupported calls raise the library's error (NotImplementedError for a
@@ -38,7 +38,7 @@ _OUTPUTS = {name: tuple(o.name for o in op.outputs) for name, op in _table.items
 
 
 # Both are memoized: a layer asks for the same few tuples on every call.
-_memo = {}
+_attrs_memo, _flags_memo = {}, {}
 
 
 def _attrs(name, **kw):
@@ -46,11 +46,11 @@ def _attrs(name, **kw):
     if _ops._compiling():  # a pure function of its arguments while a graph is traced
         return tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
     key = (name, *kw.items())
-    r = _memo.get(key)
+    r = _attrs_memo.get(key)
     if r is None:
         r = tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
-        if len(_memo) < 65536:
-            _memo[key] = r
+        if len(_attrs_memo) < 65536:  # attribute values (epsilon, alpha) are few in practice
+            _attrs_memo[key] = r
     return r
 
 
@@ -58,9 +58,9 @@ def _flags(name, *wanted):
     if _ops._compiling():
         return tuple(n in wanted for n in _OUTPUTS[name])
     key = (name, wanted)
-    r = _memo.get(key)
+    r = _flags_memo.get(key)
     if r is None:
-        r = _memo[key] = tuple(n in wanted for n in _OUTPUTS[name])
+        r = _flags_memo[key] = tuple(n in wanted for n in _OUTPUTS[name])
     return r
 
 

@@ -123,40 +123,41 @@ constexpr ArgSchema kOut_BatchNormInternal[] = {
     {"saved_mean", 2, kOpt, kOrt, "batch mean", kLike3},
     {"saved_inv_std", 2, kOpt, kOrt, "1/sqrt(biased batch variance + epsilon)", kLike3}};
 
-// The BatchNorm split. `sums` is one S tensor of 2·C + 1 values: two per-channel sums and the count
-// of values they cover, so that a data-parallel caller adds every participant's with one
+// The BatchNorm split: gradops' own operators, so no argument extends someone else's schema (the
+// extension flags stay off). `sums` is one S tensor of 2·C + 1 values, two per-channel sums and
+// the count of values they cover, so that a data-parallel caller adds every participant's with one
 // all-reduce between the reduce and the apply (docs/ops/batch_norm.md).
 constexpr ArgSchema kIn_BatchNormStatsReduce[] = {
-    {"X", 0, kReq, kExt, "input"},
-    {"input_mean", 1, kReq, kExt, "running mean before the step: the shift the sums are taken about"}};
+    {"X", 0, kReq, kOrt, "input"},
+    {"input_mean", 1, kReq, kOrt, "running mean before the step: the shift the sums are taken about"}};
 constexpr ArgSchema kOut_BatchNormStatsReduce[] = {
-    {"sums", 2, kReq, kExt, "[sum(x - input_mean) per channel, sum((x - input_mean)^2) per channel, N*spatial]",
+    {"sums", 2, kReq, kOrt, "[sum(x - input_mean) per channel, sum((x - input_mean)^2) per channel, N*spatial]",
      kSumsOf1}};
 constexpr ArgSchema kIn_BatchNormStatsApply[] = {
-    {"X", 0, kReq, kExt, "input"},
-    {"scale", 1, kReq, kExt, "scale, one per channel"},
-    {"B", 1, kReq, kExt, "bias, one per channel"},
-    {"input_mean", 2, kReq, kExt, "running mean before the step (the sums' shift)"},
-    {"input_var", 2, kReq, kExt, "running variance before the step"},
-    {"sums", 3, kReq, kExt, "BatchNormStatsReduce's sums, added over every participant"}};
+    {"X", 0, kReq, kOrt, "input"},
+    {"scale", 1, kReq, kOrt, "scale, one per channel"},
+    {"B", 1, kReq, kOrt, "bias, one per channel"},
+    {"input_mean", 2, kReq, kOrt, "running mean before the step (the sums' shift)"},
+    {"input_var", 2, kReq, kOrt, "running variance before the step"},
+    {"sums", 3, kReq, kOrt, "BatchNormStatsReduce's sums, added over every participant"}};
 constexpr ArgSchema kIn_BatchNormGradReduce[] = {
-    {"dY", 0, kReq, kExt, "incoming gradient"},
-    {"X", 0, kReq, kExt, "forward input"},
-    {"mean", 1, kReq, kExt, "saved batch mean, one per channel"},
-    {"inv_std", 1, kReq, kExt, "saved inverse std 1/sqrt(var + epsilon), one per channel"}};
+    {"dY", 0, kReq, kOrt, "incoming gradient"},
+    {"X", 0, kReq, kOrt, "forward input"},
+    {"mean", 1, kReq, kOrt, "saved batch mean, one per channel"},
+    {"inv_std", 1, kReq, kOrt, "saved inverse std 1/sqrt(var + epsilon), one per channel"}};
 constexpr ArgSchema kOut_BatchNormGradReduce[] = {
-    {"sums", 2, kReq, kExt, "[sum(dY) per channel, sum(dY*xhat) per channel, N*spatial]", kSumsOf2}};
+    {"sums", 2, kReq, kOrt, "[sum(dY) per channel, sum(dY*xhat) per channel, N*spatial]", kSumsOf2}};
 constexpr ArgSchema kIn_BatchNormGradApply[] = {
-    {"dY", 0, kReq, kExt, "incoming gradient"},
-    {"X", 0, kReq, kExt, "forward input"},
-    {"scale", 1, kReq, kExt, "scale, one per channel"},
-    {"mean", 2, kReq, kExt, "saved batch mean, one per channel"},
-    {"inv_std", 2, kReq, kExt, "saved inverse std 1/sqrt(var + epsilon), one per channel"},
-    {"sums", 3, kReq, kExt, "BatchNormGradReduce's sums, added over every participant"}};
+    {"dY", 0, kReq, kOrt, "incoming gradient"},
+    {"X", 0, kReq, kOrt, "forward input"},
+    {"scale", 1, kReq, kOrt, "scale, one per channel"},
+    {"mean", 2, kReq, kOrt, "saved batch mean, one per channel"},
+    {"inv_std", 2, kReq, kOrt, "saved inverse std 1/sqrt(var + epsilon), one per channel"},
+    {"sums", 3, kReq, kOrt, "BatchNormGradReduce's sums, added over every participant"}};
 constexpr ArgSchema kOut_BatchNormGradApply[] = {
-    {"X_grad", 0, kReq, kExt, "gradient of X", kLike1},
-    {"scale_grad", 1, kOpt, kExt, "gradient of scale (the sums' sum(dY*xhat))", kLike2},
-    {"bias_grad", 1, kOpt, kExt, "gradient of bias (the sums' sum(dY))", kLike2}};
+    {"X_grad", 0, kReq, kOrt, "gradient of X", kLike1},
+    {"scale_grad", 1, kOpt, kOrt, "gradient of scale (the sums' sum(dY*xhat))", kLike2},
+    {"bias_grad", 1, kOpt, kOrt, "gradient of bias (the sums' sum(dY))", kLike2}};
 
 // ---- attributes -------------------------------------------------------------------------------
 
@@ -209,11 +210,11 @@ constexpr AttrSchema kBatchNormInternalAttrs[] = {
     {"training_mode", AttrType::int64, 1, false, kOrt, "must be 1: gradops runs the training form", 1, 1},
     {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 constexpr AttrSchema kBatchNormSplitAttrs[] = {
-    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
+    {"channels_last", AttrType::int64, 0, false, kOrt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 constexpr AttrSchema kBatchNormStatsApplyAttrs[] = {
-    {"epsilon", AttrType::float32, 1e-5, false, kExt, "added to the variance; finite and >= 0", 0, kFltMax},
-    {"momentum", AttrType::float32, 0.9, false, kExt, "weight of the old running value; in [0, 1]", 0, 1},
-    {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
+    {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
+    {"momentum", AttrType::float32, 0.9, false, kOrt, "weight of the old running value; in [0, 1]", 0, 1},
+    {"channels_last", AttrType::int64, 0, false, kOrt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 
 // ---- the table --------------------------------------------------------------------------------
 

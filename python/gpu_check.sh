@@ -16,6 +16,9 @@ mkdir -p "$out"
 py=${PYTHON:-python3}
 status=0
 step() { echo "== $1"; }
+# One line per part, printed again together at the end so that the run's result reads at a glance.
+summary=()
+note() { summary+=("$1"); echo "SUMMARY $1"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 "$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" | tee "$out/versions.txt"
@@ -34,7 +37,11 @@ else
   echo "pip install failed (see install.log); testing from the source tree"; tail -5 "$out/install.log"
   vpy="$py"; export PYTHONPATH="$PWD/python" GRADOPS_LIBRARY="$lib"; status=1
 fi
-"$vpy" -c "import gradops; print('gradops', gradops.library_path, 'ops', len(gradops.ops))" || status=1
+if "$vpy" -c "import gradops; print('gradops', gradops.library_path, 'ops', len(gradops.ops))"; then
+  note "install: $([ "$vpy" = "$py" ] && echo "FAILED (source tree used)" || echo ok) ($("$vpy" -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__)'))"
+else
+  note "install: FAILED (import gradops)"; status=1
+fi
 
 if [ -n "$exporter" ]; then
   "$exporter" "$out/oracle_cases.json" && export GRADOPS_ORACLE_JSON="$PWD/$out/oracle_cases.json"
@@ -44,11 +51,43 @@ step "pytest"
 (cd "$out" && timeout 900 "$vpy" -m pytest -q -rsx --junitxml=pytest.xml "$OLDPWD/python/tests") \
   >"$out/pytest.log" 2>&1; rc=$?
 tail -n 40 "$out/pytest.log"; echo "pytest rc=$rc"; ((rc)) && status=1
+note "pytest: $(tail -n 1 "$out/pytest.log" | tr -d '=' | sed 's/^ *//') (rc=$rc)"
+# The parts to check by name: each test's outcomes (with the first skip or xfail reason), from
+# pytest's JUnit XML.
+if [ -f "$out/pytest.xml" ]; then
+  while IFS= read -r line; do note "$line"; done < <("$vpy" - "$out/pytest.xml" <<'PY'
+import collections, sys, xml.etree.ElementTree as ET
+names = ("test_sync_batch_norm_nccl_two_gpus", "test_sync_batch_norm_gloo_cpu", "test_compile_fullgraph",
+         "test_compile_inference_no_grad", "test_opcheck", "test_cuda_batch_norm")
+seen = {n: collections.Counter() for n in names}
+why = {}
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    base = case.get("name", "").split("[")[0]
+    if base not in seen:
+        continue
+    kind, reason = "passed", ""
+    for child in case:
+        if child.tag in ("failure", "error"):
+            kind, reason = child.tag, (child.get("message") or "").splitlines()[0][:160] if child.get("message") else ""
+        elif child.tag == "skipped":
+            kind = "xfail" if child.get("type") == "pytest.xfail" else "skipped"
+            reason = (child.get("message") or "")[:160]
+    seen[base][kind] += 1
+    if reason and (base, kind) not in why:
+        why[(base, kind)] = reason
+for n in names:
+    parts = [f"{c} {k}" + (f" ({why[(n, k)]})" if (n, k) in why else "") for k, c in seen[n].items()]
+    print(f"{n}: " + ("; ".join(parts) if parts else "not run"))
+PY
+)
+fi
 
 step "per-call overhead (tiny tensors)"
 for dev in cuda cpu; do
   # The script imports the package from the source tree, which carries no library: name it.
   GRADOPS_LIBRARY="$lib" timeout 300 "$vpy" bench/python_overhead.py --device $dev --json "$out/overhead_$dev.json" 2>&1 | tee "$out/overhead_$dev.txt"
+  line=$(grep -h '^SUMMARY overhead' "$out/overhead_$dev.txt" | sed 's/^SUMMARY //')
+  note "${line:-overhead $dev: no result (see overhead_$dev.txt)}"
 done
 
 step "example: torch.nn vs gradops layers, one run (bf16 autocast and f32)"
@@ -56,5 +95,9 @@ for dt in bfloat16 float32; do
   timeout 600 "$vpy" python/examples/train_tiny_transformer.py --device cuda --preset h100 --dtype $dt --compile \
     --plot "$out/example_$dt.png" --json "$out/example_$dt.json" 2>&1 | tee "$out/example_$dt.txt"
   rc=${PIPESTATUS[0]}; echo "example $dt rc=$rc"; ((rc)) && status=1
+  note "example $dt: rc=$rc; $(grep -h -E 'gradops / torch.nn|largest relative loss' "$out/example_$dt.txt" | sed 's/^ *//' | paste -sd ';' -)"
 done
+
+echo "== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $status

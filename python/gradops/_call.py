@@ -329,13 +329,55 @@ def _prepare(op, inputs, attr_values, want, out, num_threads):
 def run(op, inputs, attr_values, want, out=None, num_threads=0):
     """Runs `op` (an OpInfo) on `inputs` (schema order, None for absent optionals).
 
-    attr_values: one value per schema attribute (None: the library's default). want: one bool per
-    output. out: None, or one entry per output (None: allocate). Returns a list with one entry per
-    output (None where not wanted).
+    attr_values: one value per schema attribute (None: the library's default), a tuple. want: one
+    bool per output, a tuple. out: None, or one entry per output (None: allocate). Returns a list
+    with one entry per output (None where not wanted).
     """
     if out is None:
-        res = _run_fast(op, inputs, attr_values, want, num_threads)
-        if res is not None:
+        # The fast path: a call seen before on this thread, whose inputs are all contiguous PyTorch
+        # tensors (or all C-contiguous numpy arrays) and whose outputs are allocated, is found by a
+        # key of the tensors' own attributes; its entry holds everything else.
+        try:
+            fast = _local.fast
+        except AttributeError:
+            fast = _local.fast = {}
+        ptrs = None
+        if _np is not None and type(inputs[0]) is _np.ndarray:
+            ptrs = []
+            key = _numpy_key(op, inputs, attr_values, want, num_threads, ptrs)
+        else:
+            key = [op, attr_values, want, num_threads]
+            try:
+                for x in inputs:
+                    if x is None:
+                        key.append(None)
+                    else:
+                        key += (x.dtype, x.shape, x.get_device(), x.is_contiguous())
+            except AttributeError:  # not a PyTorch tensor: the general path
+                key = None
+            else:
+                key = tuple(key)
+        entry = fast.get(key) if key is not None else None
+        if entry is not None:
+            ins, outs, c_run, args, blank, cuda, is_torch = entry
+            res = list(blank)
+            if is_torch:
+                for i, d in ins:
+                    d.data = inputs[i].data_ptr()
+                for i, d, k, alloc in outs:
+                    r = res[i] = alloc() if k < 0 else alloc(inputs[k])
+                    d.data = r.data_ptr()
+            else:
+                for (i, d), p in zip(ins, ptrs):
+                    d.data = p
+                for i, d, k, alloc in outs:
+                    r = res[i] = alloc()
+                    d.data = r.__array_interface__["data"][0]
+            if cuda is not None:
+                cuda[0].cuda_stream = _stream_of(cuda[1])
+            code = c_run(*args)
+            if code:
+                raise op.library.error(code)
             return res
     plan, results, kind, keep, given = _prepare(op, inputs, attr_values, want, out, num_threads)
     code = op.library.c_run(op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
@@ -344,105 +386,66 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
         raise op.library.error(code)
     if isinstance(kind, tuple):
         results = [r if r is None or given[i] is not None else _give_back(kind, r) for i, r in enumerate(results)]
-    elif out is None and kind in ("torch", "numpy"):
-        _remember_fast(op, inputs, attr_values, want, num_threads, plan, kind)
+    elif out is None and key is not None and kind in ("torch", "numpy"):
+        _remember(fast, key, op, inputs, plan, kind)
     return results
 
 
-# ---- the fast path ------------------------------------------------------------------------------------
-# Calls whose inputs are all contiguous torch.Tensors, or all C-contiguous numpy arrays, with outputs
-# allocated: the key is made from the tensors' own attributes with no intermediate tuples, and the
-# plan holds, per output, its descriptor and a ready allocation function.
+# ---- the fast path's entries ------------------------------------------------------------------------
 
 _NP_TYPESTR = {"<f4", "<f8", "<f2"}
 
 
-def _fast_key(op, inputs, attr_values, want, num_threads, ptrs):
-    """The fast key and data pointers, or None if this call needs the general path."""
-    key = [op.index, attr_values, want, num_threads]
-    torch = _torch
-    first = None
+def _numpy_key(op, inputs, attr_values, want, num_threads, ptrs):
+    """The fast key of a call on C-contiguous numpy arrays of gradops' dtypes, or None; appends
+    the arrays' data pointers to ptrs."""
+    np = _np
+    if np is None:
+        return None
+    key = [op, attr_values, want, num_threads, "numpy"]
     for x in inputs:
         if x is None:
             key.append(None)
             continue
-        tx = type(x)
-        if torch is not None and (tx is torch.Tensor or tx is _Parameter):
-            if first is None:
-                first = "torch"
-            if first != "torch" or not x.is_contiguous():
-                return None
-            key.append(x.dtype)
-            key.append(x.shape)
-            key.append(x.get_device())
-            ptrs.append(x.data_ptr())
-        elif _np is not None and tx is _np.ndarray:
-            if first is None:
-                first = "numpy"
-            elif first != "numpy":
-                return None
-            ai = x.__array_interface__
-            if ai["strides"] is not None or ai["typestr"] not in _NP_TYPESTR:
-                return None
-            key.append(ai["typestr"])
-            key.append(ai["shape"])
-            ptrs.append(ai["data"][0])
-        else:
+        if type(x) is not np.ndarray:
             return None
+        ai = x.__array_interface__
+        if ai["strides"] is not None or ai["typestr"] not in _NP_TYPESTR:
+            return None
+        key.append(ai["typestr"])
+        key.append(ai["shape"])
+        ptrs.append(ai["data"][0])
     return tuple(key)
 
 
-_Parameter = None
-
-
-def _fast_plans():
-    try:
-        return _local.fast
-    except AttributeError:
-        _local.fast = {}
-        return _local.fast
-
-
-def _remember_fast(op, inputs, attr_values, want, num_threads, plan, kind):
-    global _Parameter
-    if _Parameter is None and _torch is not None:
-        import torch.nn
-        _Parameter = torch.nn.Parameter
-    ptrs = []
-    key = _fast_key(op, inputs, attr_values, want, num_threads, ptrs)
-    if key is None:
-        return
-    fast = _fast_plans()
+def _remember(fast, key, op, inputs, plan, kind):
+    """Stores the fast entry of a call the general path just ran: per present input its position
+    and descriptor; per output its position, descriptor and allocation (torch.empty_like of an input
+    when the output has that input's dtype, shape and device, the cheapest allocation PyTorch has);
+    gradops_run's arguments as ctypes objects, ready to pass."""
     if len(fast) > 4096:
         fast.clear()
+    is_torch = kind == "torch"
+    if is_torch and any(x is not None and not x.is_contiguous() for x in inputs):
+        return
     allocators = plan.allocators_for(kind, [None] * len(op.outputs))
-    outs = tuple((i, d, allocators[i], kind == "torch") for i, d in enumerate(plan.out_desc) if d is not None)
-    ins = tuple(d for d in plan.in_desc if d is not None)
-    fast[key] = (plan, ins, outs, (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs,
-                                   plan.ctx_ref), len(op.outputs))
-
-
-def _run_fast(op, inputs, attr_values, want, num_threads):
-    ptrs = []
-    key = _fast_key(op, inputs, attr_values, want, num_threads, ptrs)
-    if key is None:
-        return None
-    entry = _fast_plans().get(key)
-    if entry is None:
-        return None
-    plan, ins, outs, args, n_all = entry
-    for d, p in zip(ins, ptrs):
-        d.data = p
-    results = [None] * n_all
-    for i, d, alloc, is_torch in outs:
-        r = results[i] = alloc()
-        d.data = r.data_ptr() if is_torch else r.__array_interface__["data"][0]
-    if plan.cuda is not None:
-        plan.ctx.cuda_stream = _stream_of(plan.cuda[1])
-    code = op.library.c_run(*args)
-    if code:
-        raise op.library.error(code)
-    return results
+    ins = tuple((i, d) for i, d in enumerate(plan.in_desc) if d is not None)
+    outs = []
+    for i, d in enumerate(plan.out_desc):
+        if d is None:
+            continue
+        like = -1
+        if is_torch:
+            spec = (d.dtype, tuple(d.shape[j] for j in range(d.rank)), d.device.type, d.device.index)
+            for j, s in enumerate(plan.in_desc):
+                if s is not None and (s.dtype, tuple(s.shape[k] for k in range(s.rank)), s.device.type,
+                                      s.device.index) == spec:
+                    like = j
+                    break
+        outs.append((i, d, like, _torch.empty_like if like >= 0 else allocators[i]))
+    args = (op.c_name, plan.ins, plan.n_in, plan.outs, plan.n_out, plan.attrs, plan.n_attrs, plan.ctx_ref)
+    cuda = (plan.ctx, plan.cuda[1]) if plan.cuda is not None else None
+    fast[key] = (ins, tuple(outs), op.library.c_run, args, (None,) * len(op.outputs), cuda, is_torch)
 
 
 def implementation_name(op, inputs, attr_values, want, out=None, num_threads=0):

@@ -159,3 +159,46 @@ def test_dlpack_object_is_read_in_place():
     out = torch.full((10,), float("nan"))
     gradops.Sigmoid(_DLPackOnly(x), out=_DLPackOnly(out))
     torch.testing.assert_close(out, torch.sigmoid(x))
+
+
+def test_repeated_calls_see_new_data_layouts_and_arrays():
+    """The per-call cache (keyed by dtype, shape, device and contiguity) must never serve a call
+    another layout, another array library or another op's plan: every result here is checked."""
+    torch = pytest.importorskip("torch")
+    if not gradops.has_shape_inference:
+        pytest.skip("this libgradops has no output-shape inference")
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6) / 7.0 - 1.5
+    for _ in range(3):  # the first call fills the cache, the later ones use it
+        for x in (base, base.t().contiguous(), base[:, ::2], base.t(), base[1:3]):
+            torch.testing.assert_close(gradops.Tanh(x), torch.tanh(x), rtol=1e-15, atol=0)
+            torch.testing.assert_close(gradops.Relu(x), torch.relu(x), rtol=0, atol=0)
+        xn = base.numpy()
+        np.testing.assert_allclose(gradops.Tanh(xn), np.tanh(xn), rtol=1e-15)
+        assert isinstance(gradops.Tanh(xn), np.ndarray) and isinstance(gradops.Tanh(base), torch.Tensor)
+        # Same shapes, other attribute values and outputs: other plans.
+        y0 = gradops.Softmax_13(base, axis=0)
+        y1 = gradops.Softmax_13(base, axis=1)
+        torch.testing.assert_close(y0, torch.softmax(base, 0), rtol=1e-13, atol=0)
+        torch.testing.assert_close(y1, torch.softmax(base, 1), rtol=1e-13, atol=0)
+        w, b = torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+        y, mean, inv = gradops.LayerNormalization(base, w, b)
+        only_y = gradops.LayerNormalization(base, w, b, outputs=["Y"])
+        assert only_y[1] is None and only_y[2] is None
+        torch.testing.assert_close(only_y[0], y, rtol=0, atol=0)
+        assert mean.shape == (4, 1) and inv.shape == (4, 1)
+        # Fresh outputs on every call: a result is never overwritten by the next call.
+        first = gradops.Tanh(base)
+        kept = first.clone()
+        gradops.Tanh(base * 2)
+        torch.testing.assert_close(first, kept, rtol=0, atol=0)
+
+
+def test_second_library_has_its_own_calls():
+    """A library loaded beside the default one runs its own functions, not cached ones."""
+    other = gradops.load(gradops.library_path)
+    x = np.linspace(-2, 2, 12).astype(np.float32)
+    for _ in range(2):
+        (a,) = other.run("Gelu", [x])
+        b = gradops.Gelu(x)
+        np.testing.assert_array_equal(a, b)
+    assert other.ops["Gelu"] is not gradops.ops["Gelu"]

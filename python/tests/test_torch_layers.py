@@ -282,3 +282,31 @@ def test_errors_reach_the_caller():
     m = gt.LayerNorm(8)
     with pytest.raises((ValueError, RuntimeError)):
         m(torch.randn(3, 7))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layers_without_autograd_match_with_autograd(device):
+    """Under torch.no_grad (or with no input requiring grad) the layers run their forward without
+    torch.autograd.Function.apply: the same values, and outputs that do not require grad."""
+    torch.manual_seed(4)
+    x = torch.randn(3, 4, 8, device=device)
+    layers = [gt.LayerNorm(8), gt.RMSNorm(8), gt.GELU(), gt.GELU(approximate="tanh"), gt.BiasGELU(8),
+              gt.QuickGELU(), gt.Softmax(dim=-1), gt.LogSoftmax(dim=1)]
+    for layer in layers:
+        layer = layer.to(device)
+        _randomize(layer)
+        try:
+            with_grad = layer(x.clone().requires_grad_())
+        except NotImplementedError as e:  # a layer whose op has no kernel on this device
+            if device == "cpu":
+                raise
+            pytest.xfail(f"blocked: {e}")
+        with torch.no_grad():
+            without = layer(x)
+        assert with_grad.requires_grad and not without.requires_grad
+        torch.testing.assert_close(without, with_grad.detach(), rtol=0, atol=0,
+                                   msg=lambda m, layer=layer: f"{type(layer).__name__}: {m}")
+    # Grad enabled but nothing requires grad: a plain functional call.
+    y = gt.gelu(x)
+    assert not y.requires_grad and y.grad_fn is None
+    torch.testing.assert_close(y, F.gelu(x), rtol=1e-6, atol=1e-6)

@@ -8,7 +8,7 @@ before keeps working).
 
     LayerNorm, RMSNorm, GELU (approximate="none" | "tanh"), BiasGELU (a fused bias + GELU),
     QuickGELU, Softmax, LogSoftmax, BatchNorm1d/2d/3d, SyncBatchNorm (if the library has the
-    BatchNorm reduce/apply operators).
+    BatchNorm split operators).
 
 Every forward and backward is one library call; which operators, attributes and dtypes exist
 comes from the library. Unsupported calls raise the library's error (NotImplementedError for a
@@ -26,7 +26,7 @@ from ._ops import run as _run
 
 __all__ = ["LayerNorm", "RMSNorm", "GELU", "BiasGELU", "QuickGELU", "Softmax", "LogSoftmax", "BatchNorm1d",
            "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "replace_layers", "bias_gelu", "layer_norm",
-           "rms_norm", "gelu", "quick_gelu", "softmax", "log_softmax", "batch_norm", "registered"]
+           "rms_norm", "gelu", "quick_gelu", "softmax", "log_softmax", "batch_norm", "sync_batch_norm", "registered"]
 
 registered = _ops.registered  # True when torch.ops.gradops.run exists (torch.compile can trace it)
 
@@ -37,13 +37,54 @@ _ATTRS = {name: tuple((a.name, float(a.default) if a.default is not None else 0.
 _OUTPUTS = {name: tuple(o.name for o in op.outputs) for name, op in _table.items()}
 
 
+# Both are memoized: a layer asks for the same few tuples on every call.
+_attrs_memo, _flags_memo = {}, {}
+
+
 def _attrs(name, **kw):
     """The attribute values of `name` in the table's order: the given ones, defaults elsewhere."""
-    return tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
+    if _ops._compiling():  # a pure function of its arguments while a graph is traced
+        return tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
+    key = (name, *kw.items())
+    r = _attrs_memo.get(key)
+    if r is None:
+        r = tuple(float(kw[n]) if n in kw else d for n, d in _ATTRS[name])
+        if len(_attrs_memo) < 65536:  # attribute values (epsilon, alpha) are few in practice
+            _attrs_memo[key] = r
+    return r
 
 
 def _flags(name, *wanted):
-    return tuple(n in wanted for n in _OUTPUTS[name])
+    if _ops._compiling():
+        return tuple(n in wanted for n in _OUTPUTS[name])
+    key = (name, wanted)
+    r = _flags_memo.get(key)
+    if r is None:
+        r = _flags_memo[key] = tuple(n in wanted for n in _OUTPUTS[name])
+    return r
+
+
+class _NoGrad:
+    """The ctx of an autograd function's forward run directly, when nothing needs a gradient:
+    torch.autograd.Function.apply costs more than a small kernel, and its bookkeeping is unused."""
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+
+def _direct(*tensors):
+    """A ctx to run an autograd function's forward without apply, or None when apply is needed
+    (a tensor requires grad, or a graph is being traced)."""
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return None
+    if _ops._compiling():
+        return None
+    return _NoGrad()
 
 
 _ones_cache = {}
@@ -95,7 +136,8 @@ class _Gelu(torch.autograd.Function):
 def gelu(x, approximate="none"):
     if approximate not in _GELU_FWD:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _Gelu.apply(x, approximate)
+    ctx = _direct(x)
+    return _Gelu.apply(x, approximate) if ctx is None else _Gelu.forward(ctx, x, approximate)
 
 
 class GELU(nn.GELU):
@@ -133,7 +175,8 @@ def bias_gelu(x, bias, approximate="none"):
         raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     if bias.dtype != x.dtype:  # autocast: a 16-bit activation and an f32 parameter
         bias = bias.to(x.dtype)
-    return _BiasGelu.apply(x, bias, approximate)
+    ctx = _direct(x, bias)
+    return _BiasGelu.apply(x, bias, approximate) if ctx is None else _BiasGelu.forward(ctx, x, bias, approximate)
 
 
 class BiasGELU(nn.Module):
@@ -170,7 +213,8 @@ class _QuickGelu(torch.autograd.Function):
 def quick_gelu(x, alpha=None):
     if alpha is None:
         alpha = next(a.default for a in _table["QuickGelu"].attributes if a.name == "alpha")
-    return _QuickGelu.apply(x, alpha)
+    ctx = _direct(x)
+    return _QuickGelu.apply(x, alpha) if ctx is None else _QuickGelu.forward(ctx, x, alpha)
 
 
 class QuickGELU(nn.Module):
@@ -213,11 +257,15 @@ def _dim(dim, x, name):
 
 
 def softmax(x, dim=None):
-    return _Softmax.apply(x, _dim(dim, x, "softmax"), False)
+    dim = _dim(dim, x, "softmax")
+    ctx = _direct(x)
+    return _Softmax.apply(x, dim, False) if ctx is None else _Softmax.forward(ctx, x, dim, False)
 
 
 def log_softmax(x, dim=None):
-    return _Softmax.apply(x, _dim(dim, x, "log_softmax"), True)
+    dim = _dim(dim, x, "log_softmax")
+    ctx = _direct(x)
+    return _Softmax.apply(x, dim, True) if ctx is None else _Softmax.forward(ctx, x, dim, True)
 
 
 class Softmax(nn.Softmax):
@@ -271,7 +319,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     for d in normalized_shape:
         cols *= d
     w = weight if weight is not None else _ones(cols, x)
-    return _LayerNorm.apply(x, w, bias, -len(normalized_shape), eps, weight is not None, bias is not None)
+    args = (x, w, bias, -len(normalized_shape), eps, weight is not None, bias is not None)
+    ctx = _direct(x, weight, bias)
+    return _LayerNorm.apply(*args) if ctx is None else _LayerNorm.forward(ctx, *args)
 
 
 class LayerNorm(nn.LayerNorm):
@@ -312,7 +362,9 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = torch.finfo(x.dtype).eps
     w = weight if weight is not None else _ones(cols, x)
-    return _RmsNorm.apply(x, w, -len(normalized_shape), eps, weight is not None)
+    args = (x, w, -len(normalized_shape), eps, weight is not None)
+    ctx = _direct(x, weight)
+    return _RmsNorm.apply(*args) if ctx is None else _RmsNorm.forward(ctx, *args)
 
 
 if hasattr(nn, "RMSNorm"):
@@ -385,9 +437,21 @@ _TORCH_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float1
 _NAME_TORCH = {v: k for k, v in _TORCH_NAMES.items()}
 
 
+_stats_memo = {}
+
+
 def _stats_dtype(t, t1, t2):
     """The statistics dtype (T2) for BatchNormInternal: the given one if the table has (T, T1, T2),
     else the first T2 the table pairs with (T, T1)."""
+    if _ops._compiling():
+        return _stats_dtype_of(t, t1, t2)
+    r = _stats_memo.get((t, t1, t2))
+    if r is None:
+        r = _stats_memo[(t, t1, t2)] = _stats_dtype_of(t, t1, t2)
+    return r
+
+
+def _stats_dtype_of(t, t1, t2):
     sigs = _table["BatchNormInternal"].signatures
     names = (_TORCH_NAMES.get(t), _TORCH_NAMES.get(t1), _TORCH_NAMES.get(t2))
     if names in sigs:
@@ -451,11 +515,12 @@ class BatchNorm3d(_BatchNormMixin, nn.BatchNorm3d):
     """torch.nn.BatchNorm3d, trained with gradops' BatchNormInternal / BatchNormalizationGrad."""
 
 
-SyncBatchNorm = None  # defined by ._sync when the library has the BatchNorm reduce/apply operators
-try:
-    from ._sync import SyncBatchNorm  # noqa: F811
-except ImportError:
-    pass
+# SyncBatchNorm needs the library's BatchNorm split operators (reduce, all-reduce, apply); None
+# without them.
+SyncBatchNorm = sync_batch_norm = None
+if all(n in _table for n in ("BatchNormStatsReduce", "BatchNormStatsApply", "BatchNormGradReduce",
+                             "BatchNormGradApply")):
+    from ._sync import SyncBatchNorm, sync_batch_norm  # noqa: F811
 
 
 # ---- swapping a model's layers ------------------------------------------------------------------------

@@ -20,11 +20,17 @@ def _attrs(op, attributes):
     return tuple(attributes)
 
 
+_picks = {}  # output flags -> the positions of the flagged outputs
+
+
 def call(name, inputs, attributes, outputs):
-    """The eager path: one gradops_run on these tensors; the flagged outputs, in order."""
-    op = _table[name]
-    res = _call.run(op, inputs, tuple(attributes), tuple(outputs))
-    return [r for r, w in zip(res, outputs) if w]
+    """The eager path: one gradops_run on these tensors; the flagged outputs, in order.
+    attributes and outputs are tuples (they are part of the call's cache key)."""
+    res = _call.run(_table[name], inputs, attributes, outputs)
+    pick = _picks.get(outputs)
+    if pick is None:
+        pick = _picks[outputs] = tuple(i for i, w in enumerate(outputs) if w)
+    return [res[i] for i in pick]
 
 
 def _fake(name, inputs, attributes, outputs):
@@ -60,7 +66,7 @@ def _register():
     _lib.define("run(str op, Tensor?[] inputs, float[] attributes, bool[] outputs) -> Tensor[]")
 
     def impl(op, inputs, attributes, outputs):
-        return call(op, inputs, attributes, outputs)
+        return call(op, inputs, tuple(attributes), tuple(outputs))
     _lib.impl("run", impl, "CPU")
     _lib.impl("run", impl, "CUDA")
     register_fake("gradops::run", _fake, lib=_lib)

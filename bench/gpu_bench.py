@@ -14,9 +14,12 @@ read once, each output written once. Writes gpu_bench.json and, where matplotlib
 gpu_bench.png into --out, and prints a table: time, GB/s, share of copy bandwidth, share of a copy of
 the same byte count (what the method leaves at that size: launch, ramp and drain, and the write-back
 of the flush's dirty lines weigh more on small cases), ratio to PyTorch (> 1: gradops is faster)
-and the docs/performance.md target each case is held to (on the share of the large copy).
+and each case's mark against the docs/performance.md targets: pass, tie (a ratio target of 1.0 met
+only in that 1.0 lies inside the 10th-90th percentile spread of the per-run ratios) or miss. Cases
+under 64 MB are held to the copy of their own byte count, larger ones to the large copy.
 """
 import argparse
+import collections
 import json
 import math
 import os
@@ -60,6 +63,9 @@ SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048
                   (8192, 50257)]
 # LayerNorm family: (shape, the share of copy bandwidth its gradients are held to). 229x541 (about
 # 1 MB) is launch-bound and held to its same-size copy instead; 648720x128 is a per-head norm.
+# Cases that move fewer bytes than this are held to a copy of their own size (the small-case rule).
+SMALL_BYTES = 64 << 20
+
 LAYER_NORM_SHAPES = [((32768, 768), 0.85), ((16384, 1024), 0.90), ((8192, 1600), 0.90), ((8192, 4096), 0.90),
                      ((4096, 8192), 0.90), ((2048, 16384), 0.90), ((1024, 65536), 0.85), ((229, 541), 0.0),
                      ((648720, 128), 0.85)]
@@ -428,12 +434,6 @@ def run_case(case, dtype, gradops, timer, copy_gbs, same_size):
     row["share_of_same_size_copy"] = row["gradops_gbs"] / row["same_size_copy_gbs"]
     row["ratio"] = row["torch_ms"] / row["gradops_ms"]
     share = row["share_of_copy"]
-    if case["family"] == "layer_norm" and c["nbytes"] < (64 << 20):
-        # Small LayerNorm cases: held to a copy of their own byte count (229x541: at most 1.5 times
-        # its time), since launch and ramp dominate them.
-        share = row["share_of_same_size_copy"]
-        row["target_share"] = 1 / 1.5 if row["target_share"] == 0 else 0.90
-        row["target_on"] = "same_size_copy"
     if case["family"] == "batch_norm":
         # 0.70 of copy where X (and dY) stay in L2 between the two passes; else 0.90 of the bound
         # that reading them twice sets (grad 3/5 of copy, forward 2/3).
@@ -441,11 +441,22 @@ def run_case(case, dtype, gradops, timer, copy_gbs, same_size):
         row["target_share"] = 0.70 if c["fits"] else 0.90 * (3 / 5 if grad else 2 / 3)
         row["fits_l2"] = c["fits"]
         row["target_ratio"] = 1.0  # per case never slower; the gradient's geomean target is 2.0
-    meets = share >= row["target_share"] and row["ratio"] >= row["target_ratio"]
-    row["status"] = "ok" if meets else "below target"
+    if c["nbytes"] < SMALL_BYTES:
+        # The small-case rule (docs/performance.md): launch, ramp and drain and the write-back of the
+        # L2 flush weigh on cases under 64 MB, so they are held to a copy of their own byte count
+        # timed the same way: 0.95 of it, LayerNorm 0.90 (229x541, launch-bound: at most 1.5 times
+        # that copy's time), BatchNorm its own share of it.
+        share = row["share_of_same_size_copy"]
+        row["target_on"] = "same_size_copy"
+        if case["family"] == "layer_norm":
+            row["target_share"] = 1 / 1.5 if row["target_share"] == 0 else 0.90
+        elif case["family"] != "batch_norm":
+            row["target_share"] = 0.95
+    share_ok = share >= row["target_share"]
+    ratio_ok = row["ratio"] >= row["target_ratio"]
     # Below a ratio target of 1 only by less than the spread of the paired runs: a tie, not a loss.
-    row["tie"] = (row["target_ratio"] == 1.0 and row["ratio"] < 1.0
-                  and row["ratio_p10"] <= 1.0 <= row["ratio_p90"])
+    row["tie"] = (not ratio_ok and row["target_ratio"] == 1.0 and row["ratio_p10"] <= 1.0 <= row["ratio_p90"])
+    row["status"] = "pass" if share_ok and ratio_ok else "tie" if share_ok and row["tie"] else "miss"
     return row
 
 
@@ -472,20 +483,19 @@ def print_table(rows, copy_gbs):
         print(f"{r['op']:<26} {r['dtype']:<9} {shape:<14} {r['impl']:<19} {r['gradops_ms'] * 1e3:>10.1f} "
               f"{r['gradops_gbs']:>6.0f} {r['share_of_copy']:>6.2f} {r['share_of_same_size_copy']:>6.2f} "
               f"{r['torch_ms'] * 1e3:>9.1f} "
-              f"{r['ratio']:>6.2f} {r['ratio_p10']:>5.2f}-{r['ratio_p90']:<4.2f}  {r['status']}"
-              + (" (tie)" if r.get("tie") else ""))
+              f"{r['ratio']:>6.2f} {r['ratio_p10']:>5.2f}-{r['ratio_p90']:<4.2f}  {r['status']}")
     timed = [r for r in rows if r["status"] != "FAILED"]
     for fam, op, want in (("softmax", "SoftmaxGrad_13", 1.8), ("softmax", "LogSoftmaxGrad_13", 1.1)):
         sel = [r["ratio"] for r in timed if r["family"] == fam and r["op"] == op]
         if sel:
             g = geomean(sel)
-            print(f"geomean ratio {op}: {g:.2f} (target >= {want}) {'ok' if g >= want else 'below target'}")
+            print(f"geomean ratio {op}: {g:.2f} (target >= {want}) {'pass' if g >= want else 'miss'}")
     for op in ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "InvertibleLayerNormalizationGrad"):
         for dt in sorted({r["dtype"] for r in timed}):
             sel = [r["ratio"] for r in timed if r["family"] == "layer_norm" and r["op"] == op and r["dtype"] == dt]
             if sel:
                 g = geomean(sel)
-                print(f"geomean ratio {op} {dt}: {g:.2f} (target >= 2.5) {'ok' if g >= 2.5 else 'below target'}")
+                print(f"geomean ratio {op} {dt}: {g:.2f} (target >= 2.5) {'pass' if g >= 2.5 else 'miss'}")
     for op, want in (("BatchNormalizationGrad", 2.0), ("BatchNormInternal", 1.0)):
         for layout in ("NCHW", "NHWC"):
             for dt in sorted({r["dtype"] for r in timed}):
@@ -494,13 +504,11 @@ def print_table(rows, copy_gbs):
                 if sel:
                     g = geomean(sel)
                     print(f"geomean ratio {op} {layout} {dt} (to the faster PyTorch peer): {g:.2f} "
-                          f"(target >= {want}) {'ok' if g >= want else 'below target'}")
+                          f"(target >= {want}) {'pass' if g >= want else 'miss'}")
     print(f"geomean ratio, all timed cases: {geomean([r['ratio'] for r in timed]):.2f}")
-    failed = sum(r["status"] == "FAILED" for r in rows)
-    below = sum(r["status"] == "below target" for r in rows)
-    ties = sum(bool(r.get("tie")) for r in rows)
-    print(f"{len(rows)} cases: {len(rows) - failed - below} meet their targets, {below} below target "
-          f"({ties} of them ties with PyTorch), {failed} FAILED")
+    count = collections.Counter(r["status"] for r in rows)
+    print(f"{len(rows)} cases: {count['pass']} pass, {count['tie']} tie with PyTorch (1.0 inside the p10-p90 "
+          f"spread of the per-run ratios), {count['miss']} miss their targets, {count['FAILED']} FAILED")
 
 
 def plot(meta, rows, path):

@@ -35,16 +35,16 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,c
 "$cs" --version | tail -n1 | tee "$out/compute-sanitizer-version.txt"
 
 # Every executable that holds CUDA tests (the families' hold their CPU tests too: only the CUDA
-# suites, Cuda.* and LayerNormCuda.*, run under the tools).
+# suites, Cuda.*, LayerNormCuda.* and BatchNormCuda.*, run under the tools).
 binaries=()
-for b in activation_test softmax_test layer_norm_test cuda_stream_test cuda_rows_test cuda_robustness_test; do
+for b in activation_test softmax_test layer_norm_test batch_norm_test cuda_stream_test cuda_rows_test cuda_robustness_test; do
   [ -x "$bin_dir/$b" ] && binaries+=("$bin_dir/$b")
 done
 ((${#binaries[@]})) || { echo "cuda_sanitize.sh: no CUDA test binaries in $bin_dir" >&2; exit 1; }
 
 # racecheck and synccheck look at shared memory and barriers; the 2^31-element tests add nothing
 # there and take long under instrumentation.
-cuda_suites="Cuda.*:LayerNormCuda.*:CudaRobustness.*"
+cuda_suites="Cuda.*:LayerNormCuda.*:BatchNormCuda.*:CudaRobustness.*"
 racecheck_filter=${RACECHECK_FILTER:-"$cuda_suites-*2Pow31*:*MoreThan65535Rows*"}
 status=0
 summary="$out/summary.txt"

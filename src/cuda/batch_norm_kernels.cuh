@@ -86,6 +86,13 @@ __device__ __forceinline__ void store_dt(DType t, void* p, int64_t i, A v) {
   static_cast<float*>(p)[i] = static_cast<float>(v);
 }
 
+// The forward's shift K: the running mean, which every participant of a split call shares; a
+// non-finite one would poison the batch's statistics, so 0 stands in (as on the CPU).
+__device__ __forceinline__ double shift_of(const BnArgs& a, int64_t c) {
+  const double k = load_dt<double>(a.t2, a.input_mean, c);
+  return isfinite(k) ? k : 0.0;
+}
+
 // The channel's first value: the forward's shift K (the reduction and the finish read the same).
 __device__ __forceinline__ int64_t first_of(const BnArgs& a, int64_t c, bool columns) { return columns ? c : c * a.s; }
 
@@ -362,7 +369,7 @@ __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double s
       const double dev = sum1 / count;
       double m2 = count > 1 ? sum2 - sum1 * dev : 0.0;  // one value has no spread
       if (m2 < 0) m2 = 0;                               // rounding; NaN stays NaN
-      mu = old_mean + dev;
+      mu = shift_of(a, c) + dev;
       var = m2 / count;
       if (count > 1) unbiased = m2 / (count - 1);
     }
@@ -424,9 +431,14 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
     // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
     // d = K0 - K.
     const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
-    const double d = k0 - load_dt<double>(a.t2, a.input_mean, c);
-    sum1 = t1 + count * d;
-    sum2 = t2 + 2 * d * t1 + count * d * d;
+    const double d = k0 - shift_of(a, c);
+    if (isfinite(d)) {
+      sum1 = t1 + count * d;
+      sum2 = t2 + 2 * d * t1 + count * d * d;
+    } else {  // an infinite or NaN first value: the sums are too (not inf - inf from the deviations)
+      sum1 = count * d;
+      sum2 = count * d * d;
+    }
   }
   if constexpr (kFinish) {
     finish_from<T, kGrad>(a, c, sum1, sum2, count);

@@ -281,7 +281,12 @@ class Kernel {
         istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
       }
     } else {
-      for (int64_t ch = 0; ch < c; ++ch) shift_[ch] = load_as<double>(d_.t2, d_.input_mean, ch);
+      // Any value every participant shares serves as the shift; a non-finite running mean must
+      // not poison the batch's statistics, so it is replaced by 0.
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double k = load_as<double>(d_.t2, d_.input_mean, ch);
+        shift_[ch] = std::isfinite(k) ? k : 0.0;
+      }
     }
 
     if (mode == Mode::apply) {  // the sums are given: finish, then the elementwise pass
@@ -604,6 +609,11 @@ class Kernel {
       for (int64_t q = 0; q < nq; ++q) {
         const double n = static_cast<double>(p_.values_upto(q + 1) - p_.values_upto(q));
         const double delta = static_cast<double>(m[q]) - k, rq = static_cast<double>(r[q]);
+        if (!std::isfinite(delta)) {  // an infinite or NaN value in the piece: the sums are too
+          s1[q] = n * delta;
+          s2[q] = n * delta * delta;
+          continue;
+        }
         s1[q] = rq + n * delta;
         s2[q] = static_cast<double>(m2[q]) + 2 * delta * rq + n * delta * delta;
       }

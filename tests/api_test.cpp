@@ -185,6 +185,35 @@ std::vector<Typed> typed_entry_points() {
          set(a, "channels_last", x.channels_last);
          return batch_norm_training(x);
        }},
+      {"BatchNormStatsReduce",
+       [](B b, A a) {
+         BatchNormStatsReduceArgs x{b.in_view[0], b.in_view[1], b.out_view[0]};
+         set(a, "channels_last", x.channels_last);
+         return batch_norm_stats_reduce(x);
+       }},
+      {"BatchNormStatsApply",
+       [](B b, A a) {
+         BatchNormStatsApplyArgs x{b.in_view[0],  b.in_view[1], b.in_view[2],   b.in_view[3],  b.in_view[4],
+                                   b.in_view[5],  b.out_view[0], opt_out(b, 1), opt_out(b, 2), opt_out(b, 3),
+                                   opt_out(b, 4)};
+         set(a, "epsilon", x.epsilon);
+         set(a, "momentum", x.momentum);
+         set(a, "channels_last", x.channels_last);
+         return batch_norm_stats_apply(x);
+       }},
+      {"BatchNormGradReduce",
+       [](B b, A a) {
+         BatchNormGradReduceArgs x{b.in_view[0], b.in_view[1], b.in_view[2], b.in_view[3], b.out_view[0]};
+         set(a, "channels_last", x.channels_last);
+         return batch_norm_grad_reduce(x);
+       }},
+      {"BatchNormGradApply",
+       [](B b, A a) {
+         BatchNormGradApplyArgs x{b.in_view[0], b.in_view[1], b.in_view[2],  b.in_view[3],
+                                  b.in_view[4], b.in_view[5], b.out_view[0], opt_out(b, 1), opt_out(b, 2)};
+         set(a, "channels_last", x.channels_last);
+         return batch_norm_grad_apply(x);
+       }},
   };
 }
 
@@ -408,7 +437,8 @@ TEST(OpTable, SeventeenGradientOpsFirstThenTheForwards) {
       EXPECT_NE(s.name.find("Grad"), std::string_view::npos) << s.name;
     } else {
       seen_forward = true;
-      EXPECT_EQ(s.name.find("Grad"), std::string_view::npos) << s.name;
+      // gradops' own BatchNormGradReduce/Apply are halves of a gradient, not ORT gradient ops.
+      if (s.origin == OpOrigin::onnxruntime) EXPECT_EQ(s.name.find("Grad"), std::string_view::npos) << s.name;
     }
   }
   EXPECT_EQ(grads.size(), 17u);
@@ -427,7 +457,10 @@ TEST(OpTable, IdsNamesAndLookup) {
     EXPECT_TRUE(names.insert(s.name).second) << "duplicate name " << s.name;
     EXPECT_FALSE(s.summary.empty()) << s.name;
     EXPECT_GE(s.since_version, 1) << s.name;
-    EXPECT_TRUE(s.domain == "com.microsoft" || s.domain.empty()) << s.name;
+    if (s.origin == OpOrigin::onnxruntime)
+      EXPECT_TRUE(s.domain == "com.microsoft" || s.domain.empty()) << s.name;
+    else
+      EXPECT_EQ(s.domain, "gradops") << s.name;
     EXPECT_STRNE(op_family_name(s.family), "?") << s.name;
   }
   EXPECT_EQ(find_op("NoSuchOp"), nullptr);
@@ -437,7 +470,7 @@ TEST(OpTable, ArgumentsAttributesSignaturesAliases) {
   for (const OpSchema& s : op_schemas()) {
     SCOPED_TRACE(std::string(s.name));
     const std::size_t nv = s.type_vars.size();
-    ASSERT_TRUE(nv == 1 || nv == 3);
+    ASSERT_TRUE(nv == 1 || nv == 3 || nv == 4);
     ASSERT_GE(s.inputs.size(), 1u);
     ASSERT_LE(s.inputs.size(), static_cast<std::size_t>(kMaxArgs));
     ASSERT_GE(s.outputs.size(), 1u);
@@ -512,7 +545,8 @@ TEST(OpTable, ArgumentsAttributesSignaturesAliases) {
 
 TEST(OpTable, InPlaceRulesAreExactlyTheDocumentedOnes) {
   // docs/semantics.md A6: dX may be dY (elementwise grads); BatchNormInternal's running stats may
-  // be its input statistics (ORT's Alias(3,1), Alias(4,2)). Nothing else.
+  // be its input statistics (ORT's Alias(3,1), Alias(4,2)), and so may BatchNormStatsApply's.
+  // Nothing else.
   for (const OpSchema& s : op_schemas()) {
     SCOPED_TRACE(std::string(s.name));
     const bool elementwise_grad = s.gradient && s.family == OpFamily::activation;
@@ -520,7 +554,7 @@ TEST(OpTable, InPlaceRulesAreExactlyTheDocumentedOnes) {
       ASSERT_EQ(s.aliases.size(), 1u);
       EXPECT_EQ(s.aliases[0].output, 0);
       EXPECT_EQ(s.aliases[0].input, 0);
-    } else if (s.name == "BatchNormInternal") {
+    } else if (s.name == "BatchNormInternal" || s.name == "BatchNormStatsApply") {
       ASSERT_EQ(s.aliases.size(), 2u);
       EXPECT_EQ(s.outputs[s.aliases[0].output].name, "running_mean");
       EXPECT_EQ(s.inputs[s.aliases[0].input].name, "input_mean");

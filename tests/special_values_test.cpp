@@ -112,8 +112,12 @@ const char* known_deviation(const OpSchema& op, std::string_view input, const Sp
   const bool subnormal = s == "min subnormal" || s == "-max subnormal", inf = s == "+inf" || s == "-inf";
   if (op.id == OpId::InvertibleLayerNormalizationGrad && input == "scale" && subnormal)
     return "(Y - bias) / scale overflows for a subnormal scale where the oracle's products do not";
-  if (op.id == OpId::BatchNormalizationGrad && (input == "scale" || input == "variance") && inf)
+  const bool bn_grad = op.id == OpId::BatchNormalizationGrad || op.id == OpId::BatchNormGradReduce ||
+                       op.id == OpId::BatchNormGradApply;
+  if (bn_grad && (input == "scale" || input == "variance" || input == "inv_std") && inf)
     return "the per-channel coefficients meet inf*0 where the oracle's formula gives +-inf or NaN the other way";
+  if (op.id == OpId::BatchNormGradApply && input == "sums" && subnormal)
+    return "a subnormal count (the contract's count is a whole number) rounds to 0 in an f32 compute type";
   const bool max_finite = s == "max finite" || s == "-max finite";
   if ((op.family == OpFamily::layer_norm || op.family == OpFamily::batch_norm) && max_finite)
     return "sums of squares and products of the largest finite values overflow the compute type";

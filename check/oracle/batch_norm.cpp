@@ -113,13 +113,17 @@ Tensor channel_vector(int64_t c, DType t, double lo, double hi, Rng& rng, bool r
   return v;
 }
 
-// Σ (x − K) and Σ (x − K)² per channel, K = shift.
+// The shift of the forward's sums: input_mean, or 0 where it is not finite (any shared value
+// serves; a non-finite one would poison the statistics).
+double shift_of(double input_mean) { return std::isfinite(input_mean) ? input_mean : 0.0; }
+
+// Σ (x − K) and Σ (x − K)² per channel, K = shift_of(shift).
 std::pair<std::vector<long double>, std::vector<long double>> shifted_sums(const Tensor& x, const Layout& l,
                                                                          const Tensor& shift) {
   std::vector<long double> s1(l.c, 0.0L), s2(l.c, 0.0L);
   for (int64_t e = 0; e < x.numel(); ++e) {
     const int64_t ch = l.channel(e);
-    const long double d = static_cast<long double>(x.v[e]) - shift.v[ch];
+    const long double d = static_cast<long double>(x.v[e]) - shift_of(shift.v[ch]);
     s1[ch] += d;
     s2[ch] += d * d;
   }
@@ -285,7 +289,7 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
       // it just below 0 (NaN stays NaN).
       const long double s1 = sums.v[ch], d = s1 / mc, raw = sums.v[l.c + ch] - s1 * d;
       const long double m2 = mc == 1 || raw < 0 ? 0.0L : raw;
-      st.mean[ch] = mc > 0 ? static_cast<double>(old_mean.v[ch] + d) : 0.0;
+      st.mean[ch] = mc > 0 ? static_cast<double>(shift_of(old_mean.v[ch]) + d) : 0.0;
       st.var[ch] = mc > 0 ? static_cast<double>(m2 / mc) : 0.0;
       unbiased_of[ch] = mc > 1 ? m2 / (mc - 1) : std::numeric_limits<long double>::quiet_NaN();
     }

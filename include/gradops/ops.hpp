@@ -216,6 +216,44 @@ Status layer_norm(const LayerNormArgs& a, const Context& ctx = {});
 Status rms_norm(const RmsNormArgs& a, const Context& ctx = {});                    // SimplifiedLayerNormalization
 Status batch_norm_training(const BatchNormTrainingArgs& a, const Context& ctx = {});  // BatchNormInternal
 
+// ---- gradops' own: the BatchNorm split for data-parallel callers ----------------------------
+// Each reduce half writes `sums`, 2·C + 1 f64 values (two sums per channel, then the count);
+// participants add them (one summed all-reduce) and pass the total to the apply half. Reduce +
+// apply on one participant gives the fused op's bits (docs/ops/batch_norm.md).
+
+// BatchNormStatsReduce: [Σ (x − input_mean), Σ (x − input_mean)², N·spatial].
+struct BatchNormStatsReduceArgs {
+  TensorView x, input_mean;
+  TensorView sums;
+  bool channels_last = false;
+};
+// BatchNormStatsApply: BatchNormInternal's outputs from the summed sums.
+struct BatchNormStatsApplyArgs {
+  TensorView x, scale, bias, input_mean, input_var, sums;
+  TensorView y;
+  std::optional<TensorView> running_mean, running_var, saved_mean, saved_inv_std;
+  float epsilon = 1e-5f;
+  float momentum = 0.9f;
+  bool channels_last = false;
+};
+// BatchNormGradReduce: [Σ dY, Σ dY·x̂, N·spatial].
+struct BatchNormGradReduceArgs {
+  TensorView dy, x, mean, inv_std;
+  TensorView sums;
+  bool channels_last = false;
+};
+// BatchNormGradApply: BatchNormalizationGrad's outputs from the summed sums.
+struct BatchNormGradApplyArgs {
+  TensorView dy, x, scale, mean, inv_std, sums;
+  TensorView dx;
+  std::optional<TensorView> dscale, dbias;
+  bool channels_last = false;
+};
+Status batch_norm_stats_reduce(const BatchNormStatsReduceArgs& a, const Context& ctx = {});
+Status batch_norm_stats_apply(const BatchNormStatsApplyArgs& a, const Context& ctx = {});
+Status batch_norm_grad_reduce(const BatchNormGradReduceArgs& a, const Context& ctx = {});
+Status batch_norm_grad_apply(const BatchNormGradApplyArgs& a, const Context& ctx = {});
+
 // ---- by name --------------------------------------------------------------------------------
 
 // A named attribute. INT attributes take integral values; FLOAT attributes are rounded to float.

@@ -71,6 +71,7 @@ namespace gradops::cpu::batch_norm {
 enum class Mode { fused, reduce, apply };
 struct Job : ::gradops::detail::BatchNormShape {
   bool grad = false;  // BatchNormalizationGrad and its halves
+  const char* op_name = "";  // the op called, for messages
   Mode mode = Mode::fused;
   const void* x = nullptr;
   const void* scale = nullptr;
@@ -259,11 +260,11 @@ class Kernel {
     slot_stride_ = columns ? 7 * kColsArray : 0;
     const int64_t total = (kGrad ? 2 : 3) * parts + 6 * vec + slots_ * slot_stride_;
     if (Status s = ws_.allocate(ctx_, Device::cpu(), sizeof(A) * static_cast<std::size_t>(std::max<int64_t>(total, 1)),
-                                kGrad ? "BatchNormalizationGrad" : "BatchNormInternal");
+                                d_.op_name);
         !s)
       return s;
     if (Status s = dws_.allocate(ctx_, Device::cpu(), sizeof(double) * static_cast<std::size_t>(dparts + vec),
-                                 kGrad ? "BatchNormalizationGrad" : "BatchNormInternal");
+                                 d_.op_name);
         !s)
       return s;
     A* w = ws_.as<A>();
@@ -281,7 +282,12 @@ class Kernel {
         istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
       }
     } else {
-      for (int64_t ch = 0; ch < c; ++ch) shift_[ch] = load_as<double>(d_.t2, d_.input_mean, ch);
+      // Any value every participant shares serves as the shift; a non-finite running mean must
+      // not poison the batch's statistics, so it is replaced by 0.
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double k = load_as<double>(d_.t2, d_.input_mean, ch);
+        shift_[ch] = std::isfinite(k) ? k : 0.0;
+      }
     }
 
     if (mode == Mode::apply) {  // the sums are given: finish, then the elementwise pass
@@ -604,6 +610,11 @@ class Kernel {
       for (int64_t q = 0; q < nq; ++q) {
         const double n = static_cast<double>(p_.values_upto(q + 1) - p_.values_upto(q));
         const double delta = static_cast<double>(m[q]) - k, rq = static_cast<double>(r[q]);
+        if (!std::isfinite(delta)) {  // an infinite or NaN value in the piece: the sums are too
+          s1[q] = n * delta;
+          s2[q] = n * delta * delta;
+          continue;
+        }
         s1[q] = rq + n * delta;
         s2[q] = static_cast<double>(m2[q]) + 2 * delta * rq + n * delta * delta;
       }
@@ -879,20 +890,26 @@ namespace gradops::detail {
 using cpu::batch_norm::Mode;
 
 Status cpu_batch_norm_grad(const BatchNormGradDesc& d, const Context& ctx) {
-  return cpu::run_job(cpu::grad_job(d, Mode::fused), ctx);
+  cpu::batch_norm::Job j = cpu::grad_job(d, Mode::fused);
+  j.op_name = "BatchNormalizationGrad";
+  return cpu::run_job(j, ctx);
 }
 Status cpu_batch_norm_forward(const BatchNormForwardDesc& d, const Context& ctx) {
-  return cpu::run_job(cpu::forward_job(d, Mode::fused), ctx);
+  cpu::batch_norm::Job j = cpu::forward_job(d, Mode::fused);
+  j.op_name = "BatchNormInternal";
+  return cpu::run_job(j, ctx);
 }
 Status cpu_batch_norm_grad_reduce(const BatchNormGradReduceDesc& d, const Context& ctx) {
   BatchNormGradDesc g{};
   g.shape = d.shape, g.dy = d.dy, g.x = d.x, g.mean = d.mean, g.inv_std = d.inv_std;
   cpu::batch_norm::Job j = cpu::grad_job(g, Mode::reduce);
+  j.op_name = "BatchNormGradReduce";
   j.sums_out = d.sums;
   return cpu::run_job(j, ctx);
 }
 Status cpu_batch_norm_grad_apply(const BatchNormGradApplyDesc& d, const Context& ctx) {
   cpu::batch_norm::Job j = cpu::grad_job(d.grad, Mode::apply);
+  j.op_name = "BatchNormGradApply";
   j.sums_in = d.sums;
   return cpu::run_job(j, ctx);
 }
@@ -900,11 +917,13 @@ Status cpu_batch_norm_stats_reduce(const BatchNormStatsReduceDesc& d, const Cont
   BatchNormForwardDesc f{};
   f.shape = d.shape, f.x = d.x, f.input_mean = d.input_mean;
   cpu::batch_norm::Job j = cpu::forward_job(f, Mode::reduce);
+  j.op_name = "BatchNormStatsReduce";
   j.sums_out = d.sums;
   return cpu::run_job(j, ctx);
 }
 Status cpu_batch_norm_stats_apply(const BatchNormStatsApplyDesc& d, const Context& ctx) {
   cpu::batch_norm::Job j = cpu::forward_job(d.fwd, Mode::apply);
+  j.op_name = "BatchNormStatsApply";
   j.sums_in = d.sums;
   return cpu::run_job(j, ctx);
 }

@@ -122,4 +122,24 @@ Status batch_norm_training(const BatchNormTrainingArgs& a, const Context& ctx) {
               ctx);
 }
 
+
+Status batch_norm_stats_reduce(const BatchNormStatsReduceArgs& a, const Context& ctx) {
+  return call(OpId::BatchNormStatsReduce, {&a.x, &a.input_mean}, {&a.sums},
+              {{"channels_last", a.channels_last ? 1.0 : 0.0}}, ctx);
+}
+Status batch_norm_stats_apply(const BatchNormStatsApplyArgs& a, const Context& ctx) {
+  return call(OpId::BatchNormStatsApply, {&a.x, &a.scale, &a.bias, &a.input_mean, &a.input_var, &a.sums},
+              {&a.y, opt(a.running_mean), opt(a.running_var), opt(a.saved_mean), opt(a.saved_inv_std)},
+              {{"epsilon", a.epsilon}, {"momentum", a.momentum}, {"channels_last", a.channels_last ? 1.0 : 0.0}},
+              ctx);
+}
+Status batch_norm_grad_reduce(const BatchNormGradReduceArgs& a, const Context& ctx) {
+  return call(OpId::BatchNormGradReduce, {&a.dy, &a.x, &a.mean, &a.inv_std}, {&a.sums},
+              {{"channels_last", a.channels_last ? 1.0 : 0.0}}, ctx);
+}
+Status batch_norm_grad_apply(const BatchNormGradApplyArgs& a, const Context& ctx) {
+  return call(OpId::BatchNormGradApply, {&a.dy, &a.x, &a.scale, &a.mean, &a.inv_std, &a.sums},
+              {&a.dx, opt(a.dscale), opt(a.dbias)}, {{"channels_last", a.channels_last ? 1.0 : 0.0}}, ctx);
+}
+
 }  // namespace gradops

@@ -138,27 +138,34 @@ constexpr AttrSchema kAxis1[] = {
 constexpr AttrSchema kAxisMinus1[] = {
     {"axis", AttrType::int64, -1, false, kOrt, "the single axis reduced over; in [-rank, rank)", -kIntMax,
      kIntMax}};
+// An attribute accepted and range-checked but not read (AttrSchema::read).
+constexpr AttrSchema not_read(AttrSchema a) {
+  a.read = false;
+  return a;
+}
+
 // ORT's gradient builder copies the forward node's epsilon and stash_type onto these nodes (its
 // schemas allow unchecked attributes): accepted and range-checked so such graphs map node by node,
 // not read; any other name is rejected.
 constexpr AttrSchema kNormGradAttrs[] = {
     {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension; in [-rank, rank)", -kIntMax,
      kIntMax},
-    {"epsilon", AttrType::float32, 1e-5, false, kOrt,
-     "not read (the saved statistics include it); accepted as ORT's gradient builder sets it; finite and >= 0",
-     0, kFltMax},
-    {"stash_type", AttrType::int64, 1, false, kOrt,
-     "not read; accepted as ORT's gradient builder sets it", -kIntMax, kIntMax}};
+    not_read({"epsilon", AttrType::float32, 1e-5, false, kOrt,
+              "not read (the saved statistics include it); accepted as ORT's gradient builder sets it; finite "
+              "and >= 0",
+              0, kFltMax}),
+    not_read({"stash_type", AttrType::int64, 1, false, kOrt, "not read; accepted as ORT's gradient builder sets it",
+              -kIntMax, kIntMax})};
 constexpr AttrSchema kNormAttrs[] = {
     {"axis", AttrType::int64, -1, false, kOrt, "first normalized dimension; in [-rank, rank)", -kIntMax,
      kIntMax},
     {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
-    {"stash_type", AttrType::int64, 1, false, kOrt,
-     "ONNX type of the statistics (1 float, 11 double); not read: the statistics' dtype U decides", -kIntMax,
-     kIntMax}};
+    not_read({"stash_type", AttrType::int64, 1, false, kOrt,
+              "ONNX type of the statistics (1 float, 11 double); not read: the statistics' dtype U decides",
+              -kIntMax, kIntMax})};
 constexpr AttrSchema kBatchNormGradAttrs[] = {
-    {"epsilon", AttrType::float32, 0, true, kOrt,
-     "required; finite and >= 0; unused, the saved inverse std includes it", 0, kFltMax},
+    not_read({"epsilon", AttrType::float32, 0, true, kOrt,
+              "required; finite and >= 0; unused, the saved inverse std includes it", 0, kFltMax}),
     {"channels_last", AttrType::int64, 0, false, kExt, "1: NHWC, channels on the last axis; 0 or 1", 0, 1}};
 constexpr AttrSchema kBatchNormInternalAttrs[] = {
     {"epsilon", AttrType::float32, 1e-5, false, kOrt, "added to the variance; finite and >= 0", 0, kFltMax},
@@ -171,81 +178,80 @@ constexpr AttrSchema kBatchNormInternalAttrs[] = {
 constexpr std::string_view kMs = "com.microsoft";
 constexpr std::string_view kOnnx = "";
 constexpr bool kGrad = true, kFwd = false;
-constexpr bool kUnchecked = true, kChecked = false;
 using F = OpFamily;
 
 constexpr OpSchema kOps[] = {
-    {OpId::GeluGrad, "GeluGrad", kMs, 1, F::activation, kGrad, kUnchecked, kT, kIn_dY_X, kOut_dX,
+    {OpId::GeluGrad, "GeluGrad", kMs, 1, F::activation, kGrad, kT, kIn_dY_X, kOut_dX,
      {}, kAllT, kDxMayBeDy, "dX = dY * (Phi(X) + X * phi(X))"},
-    {OpId::FastGeluGrad, "FastGeluGrad", kMs, 1, F::activation, kGrad, kUnchecked, kT, kIn_dY_X,
+    {OpId::FastGeluGrad, "FastGeluGrad", kMs, 1, F::activation, kGrad, kT, kIn_dY_X,
      kOut_dX, {}, kAllT, kDxMayBeDy, "gradient of the tanh approximation of GELU"},
-    {OpId::BiasGeluGrad_dX, "BiasGeluGrad_dX", kMs, 1, F::activation, kGrad, kUnchecked, kT,
+    {OpId::BiasGeluGrad_dX, "BiasGeluGrad_dX", kMs, 1, F::activation, kGrad, kT,
      kIn_dY_X_B, kOut_dX_dB, {}, kAllT, kDxMayBeDy, "GeluGrad at X + B; optional dB"},
-    {OpId::BiasFastGeluGrad_dX, "BiasFastGeluGrad_dX", kMs, 1, F::activation, kGrad, kUnchecked,
+    {OpId::BiasFastGeluGrad_dX, "BiasFastGeluGrad_dX", kMs, 1, F::activation, kGrad,
      kT, kIn_dY_X_B, kOut_dX_dB, {}, kAllT, kDxMayBeDy, "FastGeluGrad at X + B; optional dB"},
-    {OpId::ReluGrad, "ReluGrad", kMs, 1, F::activation, kGrad, kChecked, kT, kIn_dY_X, kOut_dX,
+    {OpId::ReluGrad, "ReluGrad", kMs, 1, F::activation, kGrad, kT, kIn_dY_X, kOut_dX,
      {}, kAllT, kDxMayBeDy, "dX = X > 0 ? dY : 0"},
-    {OpId::SigmoidGrad, "SigmoidGrad", kMs, 1, F::activation, kGrad, kChecked, kT, kIn_dY_Y,
+    {OpId::SigmoidGrad, "SigmoidGrad", kMs, 1, F::activation, kGrad, kT, kIn_dY_Y,
      kOut_dX, {}, kAllT, kDxMayBeDy, "dX = dY * Y * (1 - Y)"},
-    {OpId::TanhGrad, "TanhGrad", kMs, 1, F::activation, kGrad, kChecked, kT, kIn_dY_Y, kOut_dX,
+    {OpId::TanhGrad, "TanhGrad", kMs, 1, F::activation, kGrad, kT, kIn_dY_Y, kOut_dX,
      {}, kAllT, kDxMayBeDy, "dX = dY * (1 - Y^2)"},
-    {OpId::QuickGeluGrad, "QuickGeluGrad", kMs, 1, F::activation, kGrad, kUnchecked, kT,
+    {OpId::QuickGeluGrad, "QuickGeluGrad", kMs, 1, F::activation, kGrad, kT,
      kIn_dY_X, kOut_dX, kQuickGeluAttrs, kAllT, kDxMayBeDy,
      "dX = dY * s * (1 + v * (1 - s)), v = alpha * X, s = sigmoid(v)"},
-    {OpId::LeakyReluGrad, "LeakyReluGrad", kMs, 1, F::activation, kGrad, kUnchecked, kT,
+    {OpId::LeakyReluGrad, "LeakyReluGrad", kMs, 1, F::activation, kGrad, kT,
      kIn_dY_Y, kOut_dX, kLeakyReluGradAttrs, kAllT, kDxMayBeDy, "dX = Y > 0 ? dY : alpha * dY"},
-    {OpId::SoftmaxGrad, "SoftmaxGrad", kMs, 1, F::softmax, kGrad, kChecked, kT, kIn_Softmax,
+    {OpId::SoftmaxGrad, "SoftmaxGrad", kMs, 1, F::softmax, kGrad, kT, kIn_Softmax,
      kOut_dX, kAxis1, kAllT, {}, "dX = Y * (dY - sum(Y * dY)), 2-D coercion at axis"},
-    {OpId::SoftmaxGrad_13, "SoftmaxGrad_13", kMs, 1, F::softmax, kGrad, kChecked, kT,
+    {OpId::SoftmaxGrad_13, "SoftmaxGrad_13", kMs, 1, F::softmax, kGrad, kT,
      kIn_Softmax, kOut_dX, kAxisMinus1, kAllT, {}, "dX = Y * (dY - sum(Y * dY)) over one axis"},
-    {OpId::LogSoftmaxGrad, "LogSoftmaxGrad", kMs, 1, F::softmax, kGrad, kChecked, kT,
+    {OpId::LogSoftmaxGrad, "LogSoftmaxGrad", kMs, 1, F::softmax, kGrad, kT,
      kIn_LogSoftmax, kOut_dX, kAxis1, kAllT, {}, "dX = dY - exp(Y) * sum(dY), 2-D coercion at axis"},
-    {OpId::LogSoftmaxGrad_13, "LogSoftmaxGrad_13", kMs, 1, F::softmax, kGrad, kChecked, kT,
+    {OpId::LogSoftmaxGrad_13, "LogSoftmaxGrad_13", kMs, 1, F::softmax, kGrad, kT,
      kIn_LogSoftmax, kOut_dX, kAxisMinus1, kAllT, {}, "dX = dY - exp(Y) * sum(dY) over one axis"},
     {OpId::LayerNormalizationGrad, "LayerNormalizationGrad", kMs, 1, F::layer_norm, kGrad,
-     kUnchecked, kTUV, kIn_LayerNormGrad, kOut_LayerNormGrad, kNormGradAttrs, kLayerNormSigs, {},
+     kTUV, kIn_LayerNormGrad, kOut_LayerNormGrad, kNormGradAttrs, kLayerNormSigs, {},
      "LayerNorm backward from the saved mean and inverse std"},
     {OpId::InvertibleLayerNormalizationGrad, "InvertibleLayerNormalizationGrad", kMs, 1,
-     F::layer_norm, kGrad, kUnchecked, kTUV, kIn_InvertibleLayerNormGrad, kOut_LayerNormGrad,
+     F::layer_norm, kGrad, kTUV, kIn_InvertibleLayerNormGrad, kOut_LayerNormGrad,
      kNormGradAttrs, kLayerNormSigs, {}, "LayerNorm backward from the forward output Y"},
     {OpId::SimplifiedLayerNormalizationGrad, "SimplifiedLayerNormalizationGrad", kMs, 1,
-     F::layer_norm, kGrad, kUnchecked, kTUV, kIn_RmsNormGrad, kOut_RmsNormGrad, kNormGradAttrs,
+     F::layer_norm, kGrad, kTUV, kIn_RmsNormGrad, kOut_RmsNormGrad, kNormGradAttrs,
      kLayerNormSigs, {}, "RMSNorm backward from the saved inverse RMS"},
     {OpId::BatchNormalizationGrad, "BatchNormalizationGrad", kMs, 1, F::batch_norm, kGrad,
-     kChecked, kTT1T2, kIn_BatchNormGrad, kOut_BatchNormGrad, kBatchNormGradAttrs, kBatchNormSigs,
+     kTT1T2, kIn_BatchNormGrad, kOut_BatchNormGrad, kBatchNormGradAttrs, kBatchNormSigs,
      {}, "BatchNorm backward (spatial) from the saved mean and inverse std"},
 
-    {OpId::Gelu, "Gelu", kMs, 1, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y, {}, kAllT, {},
+    {OpId::Gelu, "Gelu", kMs, 1, F::activation, kFwd, kT, kIn_X, kOut_Y, {}, kAllT, {},
      "Y = X * Phi(X)"},
-    {OpId::FastGelu, "FastGelu", kMs, 1, F::activation, kFwd, kChecked, kT, kIn_FastGelu, kOut_Y,
+    {OpId::FastGelu, "FastGelu", kMs, 1, F::activation, kFwd, kT, kIn_FastGelu, kOut_Y,
      {}, kAllT, {}, "tanh approximation of GELU at X (+ bias)"},
-    {OpId::BiasGelu, "BiasGelu", kMs, 1, F::activation, kFwd, kChecked, kT, kIn_BiasGelu, kOut_C,
+    {OpId::BiasGelu, "BiasGelu", kMs, 1, F::activation, kFwd, kT, kIn_BiasGelu, kOut_C,
      {}, kAllT, {}, "C = Gelu(A + B)"},
-    {OpId::QuickGelu, "QuickGelu", kMs, 1, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y,
+    {OpId::QuickGelu, "QuickGelu", kMs, 1, F::activation, kFwd, kT, kIn_X, kOut_Y,
      kQuickGeluAttrs, kAllT, {}, "Y = X * sigmoid(alpha * X)"},
-    {OpId::Relu, "Relu", kOnnx, 14, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y, {}, kAllT,
+    {OpId::Relu, "Relu", kOnnx, 14, F::activation, kFwd, kT, kIn_X, kOut_Y, {}, kAllT,
      {}, "Y = max(X, 0)"},
-    {OpId::Sigmoid, "Sigmoid", kOnnx, 13, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y, {},
+    {OpId::Sigmoid, "Sigmoid", kOnnx, 13, F::activation, kFwd, kT, kIn_X, kOut_Y, {},
      kAllT, {}, "Y = 1 / (1 + exp(-X))"},
-    {OpId::Tanh, "Tanh", kOnnx, 13, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y, {}, kAllT,
+    {OpId::Tanh, "Tanh", kOnnx, 13, F::activation, kFwd, kT, kIn_X, kOut_Y, {}, kAllT,
      {}, "Y = tanh(X)"},
-    {OpId::LeakyRelu, "LeakyRelu", kOnnx, 16, F::activation, kFwd, kChecked, kT, kIn_X, kOut_Y,
+    {OpId::LeakyRelu, "LeakyRelu", kOnnx, 16, F::activation, kFwd, kT, kIn_X, kOut_Y,
      kLeakyReluAttrs, kAllT, {}, "Y = X > 0 ? X : alpha * X"},
-    {OpId::Softmax, "Softmax", kOnnx, 1, F::softmax, kFwd, kChecked, kT, kIn_Softmax_X,
+    {OpId::Softmax, "Softmax", kOnnx, 1, F::softmax, kFwd, kT, kIn_Softmax_X,
      kOut_Softmax_Y, kAxis1, kAllT, {}, "softmax, 2-D coercion at axis (opset 1-12)"},
-    {OpId::Softmax_13, "Softmax_13", kOnnx, 13, F::softmax, kFwd, kChecked, kT, kIn_Softmax_X,
+    {OpId::Softmax_13, "Softmax_13", kOnnx, 13, F::softmax, kFwd, kT, kIn_Softmax_X,
      kOut_Softmax_Y, kAxisMinus1, kAllT, {}, "softmax over one axis (opset 13)"},
-    {OpId::LogSoftmax, "LogSoftmax", kOnnx, 1, F::softmax, kFwd, kChecked, kT, kIn_Softmax_X,
+    {OpId::LogSoftmax, "LogSoftmax", kOnnx, 1, F::softmax, kFwd, kT, kIn_Softmax_X,
      kOut_Softmax_Y, kAxis1, kAllT, {}, "log-softmax, 2-D coercion at axis (opset 1-12)"},
-    {OpId::LogSoftmax_13, "LogSoftmax_13", kOnnx, 13, F::softmax, kFwd, kChecked, kT,
+    {OpId::LogSoftmax_13, "LogSoftmax_13", kOnnx, 13, F::softmax, kFwd, kT,
      kIn_Softmax_X, kOut_Softmax_Y, kAxisMinus1, kAllT, {}, "log-softmax over one axis (opset 13)"},
-    {OpId::LayerNormalization, "LayerNormalization", kOnnx, 1, F::layer_norm, kFwd, kUnchecked,
+    {OpId::LayerNormalization, "LayerNormalization", kOnnx, 1, F::layer_norm, kFwd,
      kTUV, kIn_LayerNorm, kOut_LayerNorm, kNormAttrs, kLayerNormSigs, {},
      "Y = (X - mean) * inv_std * Scale + B per row"},
     {OpId::SimplifiedLayerNormalization, "SimplifiedLayerNormalization", kOnnx, 1, F::layer_norm,
-     kFwd, kUnchecked, kTUV, kIn_RmsNorm, kOut_RmsNorm, kNormAttrs, kLayerNormSigs, {},
+     kFwd, kTUV, kIn_RmsNorm, kOut_RmsNorm, kNormAttrs, kLayerNormSigs, {},
      "RMSNorm: Y = X * inv_rms * scale per row"},
-    {OpId::BatchNormInternal, "BatchNormInternal", kMs, 1, F::batch_norm, kFwd, kChecked, kTT1T2,
+    {OpId::BatchNormInternal, "BatchNormInternal", kMs, 1, F::batch_norm, kFwd, kTT1T2,
      kIn_BatchNormInternal, kOut_BatchNormInternal, kBatchNormInternalAttrs, kBatchNormSigs,
      kBatchNormInternalAliases, "BatchNorm training step with saved statistics"},
 };

@@ -284,20 +284,6 @@ TEST_F(Cuda, BiasGeluGradOver2Pow31Elements) {
 
 // ---- scratch ------------------------------------------------------------------------------------
 
-struct CountingAllocator {
-  int allocations = 0, releases = 0;
-  static void* allocate(void* user, Device, std::size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    ++static_cast<CountingAllocator*>(user)->allocations;
-    return p;
-  }
-  static void release(void* user, Device, void* p, std::size_t) {
-    (void)cudaFree(p);
-    ++static_cast<CountingAllocator*>(user)->releases;
-  }
-};
-
 // dB's partial sums come from the context's allocator when one is given, and go back to it.
 TEST_F(Cuda, ScratchComesFromTheContextsAllocator) {
   Problem p;
@@ -318,7 +304,7 @@ TEST_F(Cuda, ScratchComesFromTheContextsAllocator) {
   ASSERT_NO_FATAL_FAILURE(up(x, *in[1]));
   ASSERT_NO_FATAL_FAILURE(up(b, *in[2]));
   CountingAllocator counter;
-  const WorkspaceAllocator alloc{CountingAllocator::allocate, CountingAllocator::release, &counter};
+  const WorkspaceAllocator alloc = counter.allocator();
   Context ctx;
   ctx.allocator = &alloc;
   const int64_t shape[] = {513, 96}, bshape[] = {96};

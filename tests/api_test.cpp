@@ -421,13 +421,17 @@ TEST(ByName, UnknownOperatorIsRejected) {
 
 // ---- the op table --------------------------------------------------------------------------------
 
-TEST(OpTable, SeventeenGradientOpsFirstThenTheForwards) {
-  const std::set<std::string> expected = {
+// The gradient ops come first, then their forwards, and the gradient names are the table's own:
+// ORT's names end in "Grad" (or "Grad_dX"), forwards never carry it. The count comes from the table,
+// so that adding an op needs no edit here; the ORT gradient ops gradops started with must stay.
+TEST(OpTable, GradientOpsFirstThenTheForwards) {
+  const std::set<std::string> ort_gradients = {
       "GeluGrad", "FastGeluGrad", "BiasGeluGrad_dX", "BiasFastGeluGrad_dX", "ReluGrad", "SigmoidGrad",
       "TanhGrad", "QuickGeluGrad", "LeakyReluGrad", "SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
       "LogSoftmaxGrad_13", "LayerNormalizationGrad", "InvertibleLayerNormalizationGrad",
       "SimplifiedLayerNormalizationGrad", "BatchNormalizationGrad"};
   std::set<std::string> grads;
+  std::size_t forwards = 0;
   bool seen_forward = false;
   for (const OpSchema& s : op_schemas()) {
     if (s.gradient) {
@@ -437,12 +441,14 @@ TEST(OpTable, SeventeenGradientOpsFirstThenTheForwards) {
       EXPECT_NE(s.name.find("Grad"), std::string_view::npos) << s.name;
     } else {
       seen_forward = true;
+      ++forwards;
       // gradops' own BatchNormGradReduce/Apply are halves of a gradient, not ORT gradient ops.
       if (s.origin == OpOrigin::onnxruntime) EXPECT_EQ(s.name.find("Grad"), std::string_view::npos) << s.name;
     }
   }
-  EXPECT_EQ(grads.size(), 17u);
-  EXPECT_EQ(grads, expected);
+  EXPECT_EQ(grads.size() + forwards, op_schemas().size());
+  EXPECT_GE(forwards, 1u);
+  for (const std::string& name : ort_gradients) EXPECT_EQ(grads.count(name), 1u) << name;
 }
 
 TEST(OpTable, IdsNamesAndLookup) {

@@ -12,27 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "harness/checker.hpp"
+#include "cuda_support.hpp"
 
 namespace gradops::check {
 namespace {
 
-bool gpu_visible() {
-  static const bool visible = [] {
-    int n = 0;
-    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return ok;
-  }();
-  return visible;
-}
-
-class CudaRobustness : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device is visible";
-  }
-};
+using CudaRobustness = Cuda;  // reports SKIPPED where no GPU is visible
 
 // One problem per op that has a CUDA implementation in this build, on shapes with a tail, some of
 // them misaligned.
@@ -76,12 +61,13 @@ TEST_F(CudaRobustness, ThreadsOnStreamsGiveTheSerialBits) {
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t)
     pool.emplace_back([&, t] {
-      cudaStream_t stream = nullptr;
       // A blocking stream: the harness's synchronous copies on the legacy stream order with it.
-      if (cudaStreamCreate(&stream) != cudaSuccess) {
-        errors[t] = "cudaStreamCreate failed";
+      const Stream owned(cudaStreamDefault);
+      if (!owned.stream) {
+        errors[t] = "cudaStreamCreateWithFlags failed";
         return;
       }
+      cudaStream_t stream = owned.stream;
       for (int round = 0; round < kRounds && errors[t].empty(); ++round)
         for (std::size_t i = 0; i < problems.size(); ++i) {
           // Each thread walks the list from another place, so that different ops overlap.
@@ -106,7 +92,6 @@ TEST_F(CudaRobustness, ThreadsOnStreamsGiveTheSerialBits) {
             break;
           }
         }
-      cudaStreamDestroy(stream);
     });
   for (std::thread& th : pool) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;

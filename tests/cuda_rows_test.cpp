@@ -1,7 +1,8 @@
 // Every CUDA implementation row names the kernel that runs: for each row, calls that the row
-// takes (each kernel choice of each family), whose implementation_name is that row, whose
-// GRADOPS_VERBOSE=dispatch log says that row's run() ran (and it launches only its own kernel),
-// and whose outputs match the float64 oracle. Reports SKIPPED where no GPU is visible.
+// takes (each kernel choice of each family, LayerNorm's in both directions), whose
+// implementation_name is that row, whose GRADOPS_VERBOSE=dispatch log says that row's run() ran
+// (and it launches only its own kernel), and whose outputs match the float64 oracle. Reports
+// SKIPPED where no GPU is visible.
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -38,11 +39,13 @@ struct RowCase {
   std::vector<bool> skip_output;   // {false, true}: no dB
 };
 
-// Every CUDA row of the activation and softmax families, in the order the op layer tries them.
+// Every CUDA row of the activation, softmax and LayerNorm families, in the order the op layer tries
+// them (softmax and LayerNorm share the names block_per_row and cluster_per_row).
 const char* const kRows[] = {
     "cuda:flat_bias_vec16", "cuda:bias_row_vec16", "cuda:bias_2d_vec16", "cuda:flat_vec16",
     "cuda:bias_2d_scalar",  "cuda:flat_scalar",    "cuda:warp_per_row",  "cuda:block_per_row",
-    "cuda:cluster_per_row", "cuda:two_pass",       "cuda:strided",
+    "cuda:cluster_per_row", "cuda:two_pass",       "cuda:strided",       "cuda:rows_per_warp",
+    "cuda:general",
 };
 
 TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
@@ -80,6 +83,22 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f32, {3, 5000}, -1, {1, 2, 0}, {}},
       {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
       {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
+      // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:
+      // rows held by lanes of a warp, by a block, by a cluster (the forwards hold 8 packs a thread
+      // where the gradients hold 4, so 16384 columns are a block's for them), else the general
+      // kernel (rows not of whole 16-byte packs, or too long for a cluster of the gradient's).
+      {"cuda:rows_per_warp", OpId::LayerNormalizationGrad, DType::f32, {64, 128}, 1, {0}, {}},
+      {"cuda:rows_per_warp", OpId::LayerNormalization, DType::f32, {64, 128}, 1, {0}, {}},
+      {"cuda:block_per_row", OpId::SimplifiedLayerNormalizationGrad, DType::f32, {64, 768}, 1, {0}, {}},
+      {"cuda:block_per_row", OpId::SimplifiedLayerNormalization, DType::f64, {64, 768}, 1, {0}, {}},
+      {"cuda:block_per_row", OpId::LayerNormalization, DType::f32, {4, 16384}, 1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::InvertibleLayerNormalizationGrad, DType::f32, {4, 16384}, 1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::LayerNormalizationGrad, DType::f32, {2, 65536}, 1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::LayerNormalization, DType::f32, {1, 131072}, 1, {0}, {}},
+      {"cuda:general", OpId::LayerNormalizationGrad, DType::f32, {1, 131072}, 1, {0}, {}},
+      {"cuda:general", OpId::SimplifiedLayerNormalizationGrad, DType::f32, {64, 541}, 1, {0}, {}},
+      {"cuda:general", OpId::LayerNormalization, DType::f32, {64, 768}, 1, {1, 2, 0}, {}},
+      {"cuda:general", OpId::SimplifiedLayerNormalization, DType::f32, {1, 262144}, 1, {0}, {}},
   };
   std::set<std::string> covered;
   for (const RowCase& c : cases) {

@@ -35,8 +35,9 @@ TEST_F(Cuda, WorkIsOrderedOnTheCallersStreamAndNotWaitedFor) {
     ASSERT_EQ(cudaMemset(out->base, 0xFF, out == &db ? cols * 4 : n * 4), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const Stream owned;  // non-blocking
+  ASSERT_TRUE(owned.stream) << "cudaStreamCreateWithFlags failed";
+  cudaStream_t stream = owned.stream;
   Context ctx;
   ctx.cuda_stream = stream;
   const int64_t shape[] = {rows, cols}, bshape[] = {cols};
@@ -80,7 +81,6 @@ TEST_F(Cuda, WorkIsOrderedOnTheCallersStreamAndNotWaitedFor) {
   for (int64_t j = 0; j < cols; ++j) db_scale += std::fabs(cdb[j]) / cols;
   for (int64_t j = 0; j < cols; ++j)
     ASSERT_LE(std::fabs(g_db[j] - cdb[j]), 1e-4 * (std::fabs(cdb[j]) + db_scale)) << "dB[" << j << "]";
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

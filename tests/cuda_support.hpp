@@ -1,6 +1,7 @@
 // What the CUDA tests of every family share: whether a GPU is visible (the tests report SKIPPED
-// otherwise), device buffers, element storage, the GPU-against-CPU check of one problem, tensors at
-// unrelated offsets, and the fills for tensors of more than 2^31 elements.
+// otherwise), device buffers, streams, a counting scratch allocator, the GPU-against-CPU check of
+// one problem, tensors at unrelated offsets, and the fills for tensors of more than 2^31 elements.
+// Element storage is the harness's (harness/host_tensor.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "harness/checker.hpp"
+#include "harness/host_tensor.hpp"
 
 namespace gradops::check {
 
@@ -83,25 +85,7 @@ inline void check_gpu_and_cpu(Problem p) {
   }
 }
 
-// ---- element storage for hand-made buffers ----------------------------------------------------
-
-inline void encode(DType t, double v, void* dst) {
-  switch (t) {
-    case DType::f32: { const float f = static_cast<float>(v); std::memcpy(dst, &f, 4); break; }
-    case DType::f64: std::memcpy(dst, &v, 8); break;
-    case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-    case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-  }
-}
-inline double decode(DType t, const void* src) {
-  switch (t) {
-    case DType::f32: { float f; std::memcpy(&f, src, 4); return f; }
-    case DType::f64: { double d; std::memcpy(&d, src, 8); return d; }
-    case DType::f16: { half h; std::memcpy(&h, src, 2); return static_cast<float>(h); }
-    case DType::bf16: { bfloat16 h; std::memcpy(&h, src, 2); return static_cast<float>(h); }
-  }
-  return 0;
-}
+// ---- hand-made buffers and streams ---------------------------------------------------------
 
 struct DeviceBuffer {
   void* base = nullptr;
@@ -117,6 +101,40 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   std::byte* bytes() const { return static_cast<std::byte*>(base); }
+};
+
+// A stream of the test's own (non-blocking by default: it does not wait for the legacy default
+// stream), destroyed with the test.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  explicit Stream(unsigned flags = cudaStreamNonBlocking) {
+    if (cudaStreamCreateWithFlags(&stream, flags) != cudaSuccess) {
+      (void)cudaGetLastError();
+      stream = nullptr;
+    }
+  }
+  ~Stream() {
+    if (stream) (void)cudaStreamDestroy(stream);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// A context allocator over cudaMalloc/cudaFree that counts its calls: scratch must come from the
+// context's allocator when one is given, and every allocation must go back to it.
+struct CountingAllocator {
+  int allocations = 0, releases = 0;
+  static void* allocate(void* user, Device, std::size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    ++static_cast<CountingAllocator*>(user)->allocations;
+    return p;
+  }
+  static void release(void* user, Device, void* p, std::size_t) {
+    (void)cudaFree(p);
+    ++static_cast<CountingAllocator*>(user)->releases;
+  }
+  WorkspaceAllocator allocator() { return {allocate, release, this}; }
 };
 
 // ---- tensors at unrelated offsets ---------------------------------------------------------------
@@ -151,7 +169,7 @@ inline void check_offsets(OpId id, DType t, const std::vector<int64_t>& shape, i
     std::byte* data = bufs.back()->bytes() + offsets[offset++ % offsets.size()] * es;
     std::vector<std::byte> host(n * es, std::byte{0xFF});          // outputs start poisoned
     if (upload)
-      for (std::size_t e = 0; e < n; ++e) encode(t, v.v[e], host.data() + e * es);
+      for (std::size_t e = 0; e < n; ++e) store(t, host.data() + e * es, v.v[e]);
     EXPECT_EQ(cudaMemcpy(data, host.data(), n * es, cudaMemcpyHostToDevice), cudaSuccess);
     return TensorView(data, t, std::span<const int64_t>(v.shape), Device::cuda());
   };
@@ -191,7 +209,7 @@ inline void check_offsets(OpId id, DType t, const std::vector<int64_t>& shape, i
     ASSERT_EQ(cudaMemcpy(host.data(), views[out_view[o]].data, n * es, cudaMemcpyDeviceToHost), cudaSuccess);
     const Tolerance tol = tolerance(p, static_cast<int>(o));
     for (std::size_t e = 0; e < n; ++e) {
-      const double got = decode(t, host.data() + e * es), want = expected[o]->v[e];
+      const double got = load(t, host.data() + e * es), want = expected[o]->v[e];
       ASSERT_TRUE(std::fabs(got - want) <= tol.abs + tol.rel * std::fabs(want))
           << describe(p) << " (" << impl << "): output " << o << "[" << e << "] = " << got << ", expected " << want;
     }
@@ -204,7 +222,7 @@ inline void check_offsets(OpId id, DType t, const std::vector<int64_t>& shape, i
 inline void fill_periodic(void* dst, DType t, const std::vector<double>& pattern, int64_t n) {
   const std::size_t es = dtype_size(t);
   std::vector<std::byte> host(pattern.size() * es);
-  for (std::size_t i = 0; i < pattern.size(); ++i) encode(t, pattern[i], host.data() + i * es);
+  for (std::size_t i = 0; i < pattern.size(); ++i) store(t, host.data() + i * es, pattern[i]);
   auto* d = static_cast<std::byte*>(dst);
   int64_t filled = std::min<int64_t>(n, static_cast<int64_t>(pattern.size()));
   ASSERT_EQ(cudaMemcpy(d, host.data(), filled * es, cudaMemcpyHostToDevice), cudaSuccess);
@@ -231,7 +249,7 @@ inline std::vector<double> download(const void* src, DType t, int64_t first, int
                        cudaMemcpyDeviceToHost),
             cudaSuccess);
   std::vector<double> v(static_cast<std::size_t>(count));
-  for (int64_t i = 0; i < count; ++i) v[i] = decode(t, host.data() + i * es);
+  for (int64_t i = 0; i < count; ++i) v[i] = load(t, host.data() + i * es);
   return v;
 }
 

@@ -19,19 +19,7 @@
 namespace gradops::check {
 namespace {
 
-class LayerNormCuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device is visible";
-  }
-};
-
-std::vector<OpId> family_ops() {
-  std::vector<OpId> ops;
-  for (const OpSchema& s : op_schemas())
-    if (s.family == OpFamily::layer_norm) ops.push_back(s.id);
-  return ops;
-}
+using LayerNormCuda = Cuda;  // reports SKIPPED where no GPU is visible
 
 Problem problem(OpId op, const TypeSignature& sig, std::vector<int64_t> shape, int64_t axis, uint64_t seed) {
   Problem p;
@@ -69,7 +57,7 @@ std::vector<ShapeAxis> small_sweep() {
 
 TEST_F(LayerNormCuda, EveryOpAndSignatureMatchesOracleAndCpu) {
   uint64_t seed = 1;
-  for (OpId id : family_ops())
+  for (OpId id : family_ops(OpFamily::layer_norm))
     for (const TypeSignature& sig : op_schema(id).signatures)
       for (const ShapeAxis& sa : small_sweep())
         for (bool misaligned : {false, true}) {
@@ -88,7 +76,7 @@ TEST_F(LayerNormCuda, LongRowsAndManyRows) {
                                 {{DType::bf16, DType::f32, DType::bf16}},
                                 {{DType::f64, DType::f64, DType::f64}}};
   uint64_t seed = 5000;
-  for (OpId id : family_ops())
+  for (OpId id : family_ops(OpFamily::layer_norm))
     for (const TypeSignature& sig : sigs)
       for (const ShapeAxis& sa : shapes) {
         Problem p = problem(id, sig, sa.shape, sa.axis, seed++);
@@ -100,7 +88,7 @@ TEST_F(LayerNormCuda, LongRowsAndManyRows) {
 // Optional outputs left out: dscale or dbias alone, the forwards' statistics.
 TEST_F(LayerNormCuda, OptionalOutputsCanBeOmitted) {
   uint64_t seed = 9000;
-  for (OpId id : family_ops()) {
+  for (OpId id : family_ops(OpFamily::layer_norm)) {
     const int outs = static_cast<int>(op_schema(id).outputs.size());
     for (int skip = 1; skip < outs; ++skip)
       for (const std::vector<int64_t>& shape : {std::vector<int64_t>{64, 256}, std::vector<int64_t>{7, 541}}) {
@@ -135,7 +123,7 @@ TEST_F(LayerNormCuda, PathPerRowLength) {
       {{64, 541}, DType::f32, false, "cuda:general", "cuda:general"},
       {{64, 768}, DType::f32, true, "cuda:general", "cuda:general"},
   };
-  for (OpId id : family_ops())
+  for (OpId id : family_ops(OpFamily::layer_norm))
     for (const Expect& e : cases) {
       Problem p = problem(id, {{e.t, DType::f32, e.t}}, e.shape, 1, 1);
       p.misaligned = e.misaligned;
@@ -146,7 +134,7 @@ TEST_F(LayerNormCuda, PathPerRowLength) {
 // dscale/dbias (and everything else) have the same bits on every run.
 TEST_F(LayerNormCuda, RepeatedRunsAreBitwiseIdentical) {
   const std::vector<int64_t> shapes[] = {{4099, 256}, {1000, 768}, {64, 16384}, {300, 541}, {20000, 128}};
-  for (OpId id : family_ops())
+  for (OpId id : family_ops(OpFamily::layer_norm))
     for (const std::vector<int64_t>& shape : shapes) {
       Problem p = problem(id, {{DType::f32, DType::f32, DType::f32}}, shape, 1, 77);
       Case c(p);
@@ -162,80 +150,6 @@ TEST_F(LayerNormCuda, RepeatedRunsAreBitwiseIdentical) {
     }
 }
 
-// ---- hand-made device buffers ---------------------------------------------------------------------
-
-struct DeviceBuffer {
-  void* base = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) {
-    if (cudaMalloc(&base, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      base = nullptr;
-    }
-  }
-  ~DeviceBuffer() {
-    if (base) (void)cudaFree(base);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-void encode(DType t, double v, void* dst) {
-  switch (t) {
-    case DType::f32: { const float f = static_cast<float>(v); std::memcpy(dst, &f, 4); break; }
-    case DType::f64: std::memcpy(dst, &v, 8); break;
-    case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-    case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-  }
-}
-double decode(DType t, const void* src) {
-  switch (t) {
-    case DType::f32: { float f; std::memcpy(&f, src, 4); return f; }
-    case DType::f64: { double d; std::memcpy(&d, src, 8); return d; }
-    case DType::f16: { half h; std::memcpy(&h, src, 2); return static_cast<float>(h); }
-    case DType::bf16: { bfloat16 h; std::memcpy(&h, src, 2); return static_cast<float>(h); }
-  }
-  return 0;
-}
-
-// Fills n elements with pattern[i % size]: the pattern once, then doubling device copies.
-void fill_periodic(void* dst, DType t, const std::vector<double>& pattern, int64_t n) {
-  const std::size_t es = dtype_size(t);
-  std::vector<std::byte> host(pattern.size() * es);
-  for (std::size_t i = 0; i < pattern.size(); ++i) encode(t, pattern[i], host.data() + i * es);
-  auto* d = static_cast<std::byte*>(dst);
-  int64_t filled = std::min<int64_t>(n, static_cast<int64_t>(pattern.size()));
-  ASSERT_EQ(cudaMemcpy(d, host.data(), filled * es, cudaMemcpyHostToDevice), cudaSuccess);
-  while (filled < n) {
-    const int64_t k = std::min(filled, n - filled);
-    ASSERT_EQ(cudaMemcpy(d + filled * es, d, k * es, cudaMemcpyDeviceToDevice), cudaSuccess);
-    filled += k;
-  }
-}
-
-std::vector<double> download(const void* src, DType t, int64_t first, int64_t count) {
-  const std::size_t es = dtype_size(t);
-  std::vector<std::byte> host(static_cast<std::size_t>(count) * es);
-  EXPECT_EQ(cudaMemcpy(host.data(), static_cast<const std::byte*>(src) + first * es, host.size(),
-                       cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  std::vector<double> v(static_cast<std::size_t>(count));
-  for (int64_t i = 0; i < count; ++i) v[i] = decode(t, host.data() + i * es);
-  return v;
-}
-
-std::vector<double> random_values(std::size_t n, DType t, double lo, double hi, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(n);
-  for (double& x : v) x = oracle::round_to(t, u(rng));
-  return v;
-}
-
-bool enough_memory(std::size_t bytes) {
-  std::size_t free_bytes = 0, total = 0;
-  return cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && free_bytes > bytes + (1ull << 30);
-}
-
 // LayerNormalizationGrad over more than 2^31 elements (bf16), on the held path (cols of whole
 // packs) and the general one (an odd cols): rows repeat with period 3, so dx of any row and every
 // dscale/dbias column have a closed form the host computes in double.
@@ -247,8 +161,8 @@ TEST_F(LayerNormCuda, GradOver2Pow31Elements) {
     DeviceBuffer dy(n * 2), x(n * 2), dx(n * 2), scale(cols * 2), mean(rows * 4), inv(rows * 4), ds(cols * 2),
         db(cols * 2);
     for (auto* b : {&dy, &x, &dx, &scale, &mean, &inv, &ds, &db}) ASSERT_TRUE(b->base);
-    const std::vector<double> px = random_values(3 * cols, t, -2, 2, 1), pdy = random_values(3 * cols, t, -1, 1, 2),
-                              psc = random_values(cols, t, 0.5, 1.5, 3);
+    const std::vector<double> px = pattern(3 * cols, t, -2, 2, 1), pdy = pattern(3 * cols, t, -1, 1, 2),
+                              psc = pattern(cols, t, 0.5, 1.5, 3);
     std::vector<double> pmu(3), pr(3);
     for (int k = 0; k < 3; ++k) {
       double s = 0, q = 0;
@@ -313,16 +227,17 @@ TEST_F(LayerNormCuda, WorkIsOrderedOnTheCallersStreamAndNotWaitedFor) {
   DeviceBuffer src(n * 4), x(n * 4), y(n * 4), mean(rows * 4), inv(rows * 4), dy(n * 4), dx(n * 4), scale(cols * 4),
       bias(cols * 4), ds(cols * 4), db(cols * 4);
   for (auto* b : {&src, &x, &y, &mean, &inv, &dy, &dx, &scale, &bias, &ds, &db}) ASSERT_TRUE(b->base);
-  const std::vector<double> hx = random_values(n, t, -2, 2, 21), hdy = random_values(n, t, -1, 1, 22),
-                            hs = random_values(cols, t, 0.5, 1.5, 23), hb = random_values(cols, t, -1, 1, 24);
+  const std::vector<double> hx = pattern(n, t, -2, 2, 21), hdy = pattern(n, t, -1, 1, 22),
+                            hs = pattern(cols, t, 0.5, 1.5, 23), hb = pattern(cols, t, -1, 1, 24);
   ASSERT_NO_FATAL_FAILURE(fill_periodic(src.base, t, hx, n));
   ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, hdy, n));
   ASSERT_NO_FATAL_FAILURE(fill_periodic(scale.base, t, hs, cols));
   ASSERT_NO_FATAL_FAILURE(fill_periodic(bias.base, t, hb, cols));
   ASSERT_EQ(cudaMemset(x.base, 0, n * 4), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const Stream owned;  // non-blocking
+  ASSERT_TRUE(owned.stream) << "cudaStreamCreateWithFlags failed";
+  cudaStream_t stream = owned.stream;
   Context ctx;
   ctx.cuda_stream = stream;
   const int64_t shape[] = {rows, cols}, sshape[] = {rows, 1}, cshape[] = {cols};
@@ -372,22 +287,7 @@ TEST_F(LayerNormCuda, WorkIsOrderedOnTheCallersStreamAndNotWaitedFor) {
     ASSERT_NEAR(gds[j], cds[j], 1e-4 * (std::fabs(cds[j]) + 10)) << "dscale[" << j << "]";
     ASSERT_NEAR(gdb[j], cdb[j], 1e-4 * (std::fabs(cdb[j]) + 10)) << "dbias[" << j << "]";
   }
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
-
-struct CountingAllocator {
-  int allocations = 0, releases = 0;
-  static void* allocate(void* user, Device, std::size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    ++static_cast<CountingAllocator*>(user)->allocations;
-    return p;
-  }
-  static void release(void* user, Device, void* p, std::size_t) {
-    (void)cudaFree(p);
-    ++static_cast<CountingAllocator*>(user)->releases;
-  }
-};
 
 // The dscale/dbias partial rows come from the context's allocator and go back to it.
 TEST_F(LayerNormCuda, ScratchComesFromTheContextsAllocator) {
@@ -395,12 +295,12 @@ TEST_F(LayerNormCuda, ScratchComesFromTheContextsAllocator) {
   const DType t = DType::f32;
   DeviceBuffer dy(n * 4), x(n * 4), dx(n * 4), scale(cols * 4), inv(rows * 4), ds(cols * 4);
   for (auto* b : {&dy, &x, &dx, &scale, &inv, &ds}) ASSERT_TRUE(b->base);
-  ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, random_values(n, t, -1, 1, 31), n));
-  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.base, t, random_values(n, t, -1, 1, 32), n));
-  ASSERT_NO_FATAL_FAILURE(fill_periodic(scale.base, t, random_values(cols, t, 0.5, 1.5, 33), cols));
-  ASSERT_NO_FATAL_FAILURE(fill_periodic(inv.base, t, random_values(rows, t, 0.5, 2, 34), rows));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, pattern(n, t, -1, 1, 31), n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(x.base, t, pattern(n, t, -1, 1, 32), n));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(scale.base, t, pattern(cols, t, 0.5, 1.5, 33), cols));
+  ASSERT_NO_FATAL_FAILURE(fill_periodic(inv.base, t, pattern(rows, t, 0.5, 2, 34), rows));
   CountingAllocator counter;
-  const WorkspaceAllocator alloc{CountingAllocator::allocate, CountingAllocator::release, &counter};
+  const WorkspaceAllocator alloc = counter.allocator();
   Context ctx;
   ctx.allocator = &alloc;
   const int64_t shape[] = {rows, cols}, sshape[] = {rows}, cshape[] = {cols};

@@ -11,6 +11,7 @@
 #include <new>
 
 #include "harness/checker.hpp"
+#include "harness/host_tensor.hpp"
 
 namespace gradops::check {
 namespace {
@@ -120,50 +121,11 @@ TEST(LayerNorm, ResultsDoNotDependOnThreadCount) {
 
 // ---- calls built by hand: tensors stored in their dtypes, any shapes --------------------------
 
-struct Stored {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-
-  Stored(DType t, std::vector<int64_t> s, const std::vector<double>* values = nullptr)
-      : dtype(t), shape(std::move(s)), bytes(static_cast<std::size_t>(count()) * dtype_size(t), std::byte{0xFF}) {
-    if (values)
-      for (int64_t i = 0; i < count(); ++i) set(i, (*values)[i]);
-  }
-  int64_t count() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  TensorView view() { return TensorView(bytes.data(), dtype, std::span<const int64_t>(shape)); }
-  void set(int64_t i, double v) {
-    std::byte* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::f64: std::memcpy(p, &v, 8); break;
-      case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    }
-  }
-  double get(int64_t i) const {
-    const std::byte* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-      case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-      case DType::f16: { half h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-      case DType::bf16: { bfloat16 h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-    }
-    return 0;
-  }
-  std::vector<double> values() const {
-    std::vector<double> v(static_cast<std::size_t>(count()));
-    for (int64_t i = 0; i < count(); ++i) v[i] = get(i);
-    return v;
-  }
-};
+// Outputs start as 0xFF bytes (NaN in every dtype): a call must write every element.
+constexpr std::byte kPoison{0xFF};
 
 // Expects every element of `got` within the checker's tolerance for output `o` of `p`.
-void expect_close(const Problem& p, int o, const Stored& got, const std::vector<double>& expected) {
+void expect_close(const Problem& p, int o, const HostTensor& got, const std::vector<double>& expected) {
   const Tolerance tol = tolerance(p, o);
   ASSERT_EQ(got.count(), static_cast<int64_t>(expected.size()));
   for (int64_t i = 0; i < got.count(); ++i) {
@@ -203,12 +165,12 @@ TEST(LayerNorm, StatisticsWithoutTrailingOnesAndFlatScale) {
           for (int64_t d : s) n *= d;
           return n == cols && s.size() == shape.size() - axis ? std::vector<int64_t>{cols} : leading(shape, axis);
         };
-        std::vector<std::unique_ptr<Stored>> ins, outs;
+        std::vector<std::unique_ptr<HostTensor>> ins, outs;
         std::vector<TensorView> in_views, out_views;
         for (std::size_t i = 0; i < in.size(); ++i)
-          ins.push_back(std::make_unique<Stored>(in_types[i], reshaped(in[i]->shape), &in[i]->v));
+          ins.push_back(std::make_unique<HostTensor>(in_types[i], reshaped(in[i]->shape), in[i]->v));
         for (std::size_t o = 0; o < want.size(); ++o)
-          outs.push_back(std::make_unique<Stored>(output_dtype(p, static_cast<int>(o)), reshaped(want[o]->shape)));
+          outs.push_back(std::make_unique<HostTensor>(output_dtype(p, static_cast<int>(o)), reshaped(want[o]->shape), kPoison));
         for (auto& s : ins) in_views.push_back(s->view());
         for (auto& s : outs) out_views.push_back(s->view());
         std::vector<const TensorView*> in_ptr, out_ptr;
@@ -267,10 +229,10 @@ TEST(LayerNorm, ForwardThenBackwardIsTheGradientOfTheForward) {
       const oracle::Tensors in = oracle::make_inputs(op_schema(bwd).name, shape, full_attrs(pb), types, rng);
       const oracle::Tensors want = oracle::reference(op_schema(bwd).name, in, full_attrs(pb));
 
-      Stored x(t, shape, &in[1]->v), scale(v, in[2]->shape, &in[2]->v), dy(v, shape, &in[0]->v);
-      std::vector<double> zeros(in[2]->v.size(), 0.0);
-      Stored bias(v, in[2]->shape, &zeros), y(v, shape), mean(u, in.back()->shape), inv(u, in.back()->shape);
-      Stored dx(t, shape), ds(v, in[2]->shape), db(v, in[2]->shape);
+      HostTensor x(t, shape, in[1]->v), scale(v, in[2]->shape, in[2]->v), dy(v, shape, in[0]->v);
+      HostTensor bias(v, in[2]->shape), y(v, shape, kPoison), mean(u, in.back()->shape, kPoison),
+          inv(u, in.back()->shape, kPoison);
+      HostTensor dx(t, shape, kPoison), ds(v, in[2]->shape, kPoison), db(v, in[2]->shape, kPoison);
       if (rms) {
         ASSERT_TRUE(rms_norm({x.view(), scale.view(), y.view(), inv.view(), axis}).is_ok());
         ASSERT_TRUE(rms_norm_grad({dy.view(), x.view(), scale.view(), inv.view(), dx.view(), ds.view(), axis}).is_ok());
@@ -284,7 +246,7 @@ TEST(LayerNorm, ForwardThenBackwardIsTheGradientOfTheForward) {
       // in 1/std); the gradients inherit that relative error on top of their own.
       const double stats_rel = tolerance(pf, rms ? 1 : 2).rel;
       for (int o = 0; o < (rms ? 2 : 3); ++o) {
-        const Stored& got = o == 0 ? dx : o == 1 ? ds : db;
+        const HostTensor& got = o == 0 ? dx : o == 1 ? ds : db;
         const Tolerance tol = tolerance(pb, o);
         double scale_of = 0;
         for (double e : want[o]->v) scale_of = std::max(scale_of, std::fabs(e));
@@ -296,7 +258,7 @@ TEST(LayerNorm, ForwardThenBackwardIsTheGradientOfTheForward) {
       }
       if (rms) continue;
       // The invertible backward from the forward's Y (with its bias) gives the same gradients.
-      Stored dx2(t, shape), ds2(v, in[2]->shape), db2(v, in[2]->shape);
+      HostTensor dx2(t, shape, kPoison), ds2(v, in[2]->shape, kPoison), db2(v, in[2]->shape, kPoison);
       ASSERT_TRUE(invertible_layer_norm_grad(
                       {dy.view(), y.view(), scale.view(), bias.view(), inv.view(), dx2.view(), ds2.view(), db2.view(), axis})
                       .is_ok());
@@ -306,8 +268,8 @@ TEST(LayerNorm, ForwardThenBackwardIsTheGradientOfTheForward) {
       const double y_rel = 2 * tolerance(pf, 0).abs;
       const double u_stats = u == DType::f64 ? 0x1p-53 : 0x1p-24;
       for (int o = 0; o < 3; ++o) {
-        const Stored& a = o == 0 ? dx : o == 1 ? ds : db;
-        const Stored& b = o == 0 ? dx2 : o == 1 ? ds2 : db2;
+        const HostTensor& a = o == 0 ? dx : o == 1 ? ds : db;
+        const HostTensor& b = o == 0 ? dx2 : o == 1 ? ds2 : db2;
         const Tolerance tol = tolerance(pb, o);
         for (int64_t i = 0; i < a.count(); ++i)
           ASSERT_LE(std::fabs(a.get(i) - b.get(i)), 2 * tol.abs + 2 * tol.rel * std::fabs(a.get(i)) + 64 * y_rel +
@@ -369,15 +331,15 @@ struct GradCall {
 // failed call wrote nothing.
 Status run_grad_call(const GradCall& g) {
   std::vector<double> ones(4096, 1.0);
-  auto make = [&](const std::vector<int64_t>& s) { return Stored(DType::f32, s, nullptr); };
-  Stored dy = make(g.dy_shape), x = make(g.x_shape), scale = make(g.scale_shape), mean = make(g.mean_shape),
+  auto make = [&](const std::vector<int64_t>& s) { return HostTensor(DType::f32, s, kPoison); };
+  HostTensor dy = make(g.dy_shape), x = make(g.x_shape), scale = make(g.scale_shape), mean = make(g.mean_shape),
          inv = make(g.inv_shape), dx = make(g.dx_shape), ds = make(g.ds_shape), db = make(g.db_shape);
-  for (Stored* s : {&dy, &x, &scale, &mean, &inv})
+  for (HostTensor* s : {&dy, &x, &scale, &mean, &inv})
     for (int64_t i = 0; i < s->count(); ++i) s->set(i, 0.5);
   const Status st = layer_norm_grad({dy.view(), x.view(), scale.view(), mean.view(), inv.view(), dx.view(), ds.view(),
                                      db.view(), g.axis});
   if (!st.is_ok()) {
-    for (Stored* s : {&dx, &ds, &db})
+    for (HostTensor* s : {&dx, &ds, &db})
       for (std::byte b : s->bytes) EXPECT_EQ(b, std::byte{0xFF}) << "an output was written by a failed call";
   }
   return st;

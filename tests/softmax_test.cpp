@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/checker.hpp"
+#include "harness/host_tensor.hpp"
 
 namespace gradops::check {
 namespace {
@@ -120,59 +121,20 @@ TEST(Softmax, ResultsDoNotDependOnThreadCount) {
   }
 }
 
-// ---- tensors stored in their dtype, for the tests that call gradops directly ------------------
-
-struct Stored {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-
-  Stored(DType t, std::vector<int64_t> s) : dtype(t), shape(std::move(s)) {
-    bytes.resize(static_cast<std::size_t>(count_of(shape)) * dtype_size(t));
-  }
-  Stored(DType t, const oracle::Tensor& x) : Stored(t, x.shape) { set(x.v); }
-
-  void set(const std::vector<double>& v) {
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      std::byte* p = bytes.data() + i * dtype_size(dtype);
-      switch (dtype) {
-        case DType::f32: { const float f = static_cast<float>(v[i]); std::memcpy(p, &f, 4); break; }
-        case DType::f64: std::memcpy(p, &v[i], 8); break;
-        case DType::f16: { const half h(static_cast<float>(v[i])); std::memcpy(p, &h, 2); break; }
-        case DType::bf16: { const bfloat16 h(static_cast<float>(v[i])); std::memcpy(p, &h, 2); break; }
-      }
-    }
-  }
-  std::vector<double> get() const {
-    std::vector<double> v(static_cast<std::size_t>(count_of(shape)));
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      const std::byte* p = bytes.data() + i * dtype_size(dtype);
-      switch (dtype) {
-        case DType::f32: { float f; std::memcpy(&f, p, 4); v[i] = f; break; }
-        case DType::f64: std::memcpy(&v[i], p, 8); break;
-        case DType::f16: { half h; std::memcpy(&h, p, 2); v[i] = static_cast<float>(h); break; }
-        case DType::bf16: { bfloat16 h; std::memcpy(&h, p, 2); v[i] = static_cast<float>(h); break; }
-      }
-    }
-    return v;
-  }
-  TensorView view() { return TensorView(bytes.data(), dtype, std::span<const int64_t>(shape)); }
-};
-
 // Runs `op` by name on the given inputs, attributes as given (none: the schema's defaults).
 std::vector<double> run_op(OpId id, DType t, const oracle::Tensors& inputs, std::vector<Attribute> attrs) {
-  std::vector<Stored> in;
+  std::vector<HostTensor> in;
   for (const auto& x : inputs) in.emplace_back(t, *x);
-  Stored out(t, inputs[0]->shape);
+  HostTensor out(t, inputs[0]->shape);
   std::vector<TensorView> views;
-  for (Stored& s : in) views.push_back(s.view());
+  for (HostTensor& s : in) views.push_back(s.view());
   const TensorView out_view = out.view();
   std::vector<const TensorView*> in_ptr;
   for (const TensorView& v : views) in_ptr.push_back(&v);
   const TensorView* out_ptr[] = {&out_view};
   const Status s = run(op_schema(id).name, in_ptr, out_ptr, attrs);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
-  return out.get();
+  return out.values();
 }
 
 // x with dims a and b swapped (a plain index permutation, written independently of the library).
@@ -268,14 +230,14 @@ TEST(Softmax, AxisDefaults) {
   oracle::Rng rng(9);
   const std::vector<DType> types(2, DType::f32);
   const oracle::Tensors in = oracle::make_inputs("SoftmaxGrad", shape, {{"axis", 1.0}}, types, rng);
-  Stored dy(DType::f32, *in[0]), y(DType::f32, *in[1]), dx(DType::f32, shape), dx13(DType::f32, shape);
+  HostTensor dy(DType::f32, *in[0]), y(DType::f32, *in[1]), dx(DType::f32, shape), dx13(DType::f32, shape);
   ASSERT_TRUE(softmax_grad({dy.view(), y.view(), dx.view()}).is_ok());
   ASSERT_TRUE(softmax_grad_13({dy.view(), y.view(), dx13.view()}).is_ok());
   const Problem p1 = make_problem(OpId::SoftmaxGrad, DType::f32, shape, 1, 9);
   const Problem p13 = make_problem(OpId::SoftmaxGrad_13, DType::f32, shape, -1, 9);
-  expect_close(dx.get(), oracle::reference("SoftmaxGrad", in, {{"axis", 1.0}})[0]->v, tolerance(p1, 0),
+  expect_close(dx.values(), oracle::reference("SoftmaxGrad", in, {{"axis", 1.0}})[0]->v, tolerance(p1, 0),
                "softmax_grad()");
-  expect_close(dx13.get(), oracle::reference("SoftmaxGrad_13", in, {{"axis", -1.0}})[0]->v, tolerance(p13, 0),
+  expect_close(dx13.values(), oracle::reference("SoftmaxGrad_13", in, {{"axis", -1.0}})[0]->v, tolerance(p13, 0),
                "softmax_grad_13()");
 }
 
@@ -301,7 +263,7 @@ TEST(Softmax, ShapeRulesNameTheArgument) {
     };
     if (grad) bad.push_back({{2, 3}, {2, 4}, {2, 3}, -1, {"'" + in1 + "'", "[2, 4]", "[2, 3]", "'dY'"}});
     for (const BadCall& b : bad) {
-      Stored x0(DType::f32, b.in0), x1(DType::f32, b.in1), out(DType::f32, b.out);
+      HostTensor x0(DType::f32, b.in0), x1(DType::f32, b.in1), out(DType::f32, b.out);
       std::vector<float> v(out.bytes.size() / 4 + 1, 0.5f);
       std::memcpy(out.bytes.data(), v.data(), out.bytes.size());
       const std::vector<std::byte> before = out.bytes;

@@ -12,6 +12,7 @@
 
 #include "gradops/ops.hpp"
 #include "gradops/schema.hpp"
+#include "harness/host_tensor.hpp"
 #include "oracle/oracle.hpp"
 
 namespace gradops::testing {
@@ -85,14 +86,7 @@ inline CallSpec valid_call(const OpSchema& op, const std::vector<int64_t>& shape
   return c;
 }
 
-inline void store(DType t, std::byte* p, double v) {
-  switch (t) {
-    case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    case DType::f64: std::memcpy(p, &v, 8); break;
-    case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-  }
-}
+using check::store;
 
 // The byte every untouched location must hold: varies with the position so that a shifted or
 // partial write shows.

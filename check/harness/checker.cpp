@@ -1,4 +1,5 @@
 #include "harness/checker.hpp"
+#include "harness/host_tensor.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -50,25 +51,8 @@ struct Buffer {
     if (dev) dev->to_host(host(), device_ptr(), nbytes());
   }
 
-  void set(int64_t i, double v) {
-    std::byte* p = host() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::f64: std::memcpy(p, &v, 8); break;
-      case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    }
-  }
-  double get(int64_t i) {
-    const std::byte* p = host() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-      case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-      case DType::f16: { half h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-      case DType::bf16: { bfloat16 h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-    }
-    return 0;
-  }
+  void set(int64_t i, double v) { store(dtype, host() + i * dtype_size(dtype), v); }
+  double get(int64_t i) { return load(dtype, host() + i * dtype_size(dtype)); }
   void poison() {
     std::memset(host(), 0xFF, nbytes());
     upload();

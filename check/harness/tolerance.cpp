@@ -44,20 +44,8 @@ Tolerance activation(const Problem& p, int output) {
   const OpSchema& op = op_schema(p.op);
   const DType t = output_dtype(p, output);
   const double uo = unit_roundoff(t), uc = compute_roundoff(t);
-  // k: roundings times amplification. The GELU family's erfc argument error is amplified by x^2
-  // (inputs reach |x| = 7 with the bias); sigmoid/tanh forms by a few.
-  double k = 8;
-  switch (p.op) {
-    case OpId::GeluGrad: case OpId::BiasGeluGrad_dX: case OpId::Gelu: case OpId::BiasGelu:
-    case OpId::FastGeluGrad: case OpId::BiasFastGeluGrad_dX: case OpId::FastGelu:
-      k = 128;
-      break;
-    case OpId::QuickGeluGrad: case OpId::QuickGelu: case OpId::Sigmoid: case OpId::Tanh:
-      k = 32;
-      break;
-    default:
-      break;
-  }
+  // k: roundings times amplification, stated with each op's formula in the oracle's table.
+  const double k = oracle::activation_amplification(op.name);
   Tolerance tol{underflow_floor(t) + k * uc * 2.0 /* |dY| <= 2 */, 2 * uo + k * uc};
   if (op.outputs[output].name == "dB") {
     // A column sum over rows of dX: each term carries the dX tolerance, plus summation error.

@@ -50,6 +50,9 @@ Tensors reference(std::string_view op, const Tensors& inputs, const Attrs& attrs
 bool make_activation_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs& attrs,
                             std::span<const DType> dt, Rng& rng, Tensors& out);
 bool activation_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out);
+// The activation op's k for the tolerances (check/harness/tolerance.cpp): the roundings of its
+// formula times its amplification of the compute type's error; 0 for an op it does not know.
+double activation_amplification(std::string_view op);
 bool make_softmax_inputs(std::string_view op, std::span<const int64_t> shape, const Attrs& attrs,
                          std::span<const DType> dt, Rng& rng, Tensors& out);
 bool softmax_reference(std::string_view op, const Tensors& in, const Attrs& attrs, Tensors& out);

@@ -47,6 +47,11 @@ struct AttrSchema {
   double max = std::numeric_limits<float>::max();
   bool min_open = false;
   bool max_open = false;
+  // Whether gradops reads the value. False for attributes accepted (and range-checked) only because
+  // ORT's graphs carry them: the LayerNorm grads' epsilon and stash_type, which ORT's gradient
+  // builder copies from the forward; stash_type, which the statistics' dtype decides; the epsilon
+  // BatchNormalizationGrad requires though the saved inverse std includes it.
+  bool read = true;
 
   bool in_range(double v) const noexcept {
     return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
@@ -101,11 +106,7 @@ struct OpSchema {
   std::string_view domain;  // "com.microsoft", or "" for the ONNX domain
   int since_version;
   OpFamily family;
-  bool gradient;            // one of the 17 gradient operators
-  // ORT's own schema does not check attribute names for this op (its gradient builder copies the
-  // forward node's attributes onto it). Informational only: gradops' entry points reject unknown
-  // names for every op, and the ONNX Runtime adapter reads only the attributes the table lists.
-  bool allow_unchecked_attributes;
+  bool gradient;            // a gradient operator (they come first in the table)
   std::span<const std::string_view> type_vars;  // "T", or "T","U","V", or "T","T1","T2"(,"S")
   std::span<const ArgSchema> inputs;
   std::span<const ArgSchema> outputs;

@@ -34,7 +34,6 @@ constexpr double kSqrtHalf = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kFastGeluGamma = 0.044715;
-constexpr int64_t kGrain = 1 << 15;  // elements per thread below which work stays on one thread
 
 // Lanes: f64 for f32 storage where kWide (transcendental work without a dedicated f32 form),
 // otherwise the storage type's compute type.

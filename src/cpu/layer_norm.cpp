@@ -52,7 +52,6 @@ namespace {
 
 using ::gradops::detail::LayerNormDesc;
 
-constexpr int64_t kGrain = int64_t{1} << 15;  // elements below which work stays on one thread
 // dscale/dbias chunks: about sqrt(rows) rows each, so that a column sum is a chain of sqrt(rows)
 // rows within a chunk and then one of sqrt(rows) chunk partials (its rounding error grows like
 // rows^(3/4) instead of rows). At least kMinChunkRows rows each: a chunk's two partial rows go to
@@ -353,18 +352,7 @@ void SumChunks(const A* part, int64_t count, int64_t stride, int64_t cols, V* ou
 
 // Threads for `units` units of `unit_elems` elements each, at least kGrain elements per thread.
 int64_t ThreadsFor(int64_t units, int64_t unit_elems, const Context& ctx) {
-  const int64_t grain = std::max<int64_t>(1, chunk_count(kGrain, std::max<int64_t>(unit_elems, 1)));
-  return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, grain)));
-}
-
-// Runs range(slot, u0, u1) for one contiguous range of [0, units) per slot, in parallel, and flushes
-// each thread's non-temporal stores.
-template <class F>
-void ForEachSlot(int64_t slots, int64_t units, const Context& ctx, F&& range) {
-  parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) range(s, units * s / slots, units * (s + 1) / slots);
-    hwy::FlushStream();
-  });
+  return slot_count(units, chunk_count(kGrain, std::max<int64_t>(unit_elems, 1)), ctx);
 }
 
 template <Kind K, class T, class U, class V>
@@ -411,7 +399,7 @@ Status RunGrad(const LayerNormDesc& desc, const Context& ctx) {
   const int64_t row_bytes = static_cast<int64_t>(sizeof(V) + sizeof(typename Args::Src) + sizeof(T));
   const bool stream = rows * cols * row_bytes >= stream_min_bytes();
   auto run = [&](auto kernel) {
-    ForEachSlot(threads, a.chunks.count, ctx, [&](int64_t s, int64_t c0, int64_t c1) {
+    ForEachSlot(a.chunks.count, threads, ctx, [&](int64_t c0, int64_t c1, int64_t s) {
       kernel(a, c0, c1, sc.rings + s * sc.ring_len);
     });
   };
@@ -539,7 +527,7 @@ Status RunForward(const LayerNormDesc& desc, const Context& ctx) {
   // As for the gradients: non-temporal stores once x and y together reach the threshold.
   const bool stream = rows * cols * static_cast<int64_t>(sizeof(T) + sizeof(V)) >= stream_min_bytes();
   auto run = [&](auto kernel) {
-    ForEachSlot(threads, rows, ctx, [&](int64_t s, int64_t r0, int64_t r1) {
+    ForEachSlot(rows, threads, ctx, [&](int64_t r0, int64_t r1, int64_t s) {
       if (r0 < r1) kernel(desc, sc.scale, sc.bias, stride, r0, r1, sc.rings + s * sc.ring_len);
     });
   };

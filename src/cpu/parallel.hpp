@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gradops/context.hpp"
+#include "hwy/cache_control.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -49,5 +50,25 @@ void parallel_for(int64_t n, int64_t grain, const Context& ctx, F&& f) {
 
 // Number of fixed-size chunks of `chunk` items covering n (0 for n = 0).
 inline int64_t chunk_count(int64_t n, int64_t chunk) { return (n + chunk - 1) / chunk; }
+
+// Elements per thread below which work stays on one thread: every family's threads start from this
+// one grain (a thread's start-up and its share of the fork-join cost against its work).
+inline constexpr int64_t kGrain = int64_t{1} << 15;
+
+// Threads for `units` of work, each taking at least `grain` of them (and at least one thread).
+inline int64_t slot_count(int64_t units, int64_t grain, const Context& ctx) {
+  return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1))));
+}
+
+// Splits [0, units) into `slots` contiguous ranges, one per slot, and runs f(u0, u1, slot) for each,
+// slots in parallel: a kernel that keeps per-thread scratch indexes it by slot. Non-temporal stores
+// are flushed before a thread's work is handed back (its results are read after the join).
+template <class F>
+void ForEachSlot(int64_t units, int64_t slots, const Context& ctx, F&& f) {
+  parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) f(units * s / slots, units * (s + 1) / slots, s);
+    hwy::FlushStream();
+  });
+}
 
 }  // namespace gradops::cpu

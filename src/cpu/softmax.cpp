@@ -48,7 +48,6 @@ namespace {
 using ::gradops::detail::SoftmaxDesc;
 using ::gradops::detail::SoftmaxKind;
 
-constexpr int64_t kGrain = 1 << 15;       // elements per thread below which work stays on one thread
 constexpr int64_t kBlockBytes = 1 << 17;  // a strided block's inputs, re-read by its write pass from L2
 constexpr int64_t kMaxBlock = 1024;       // inner positions per strided block (accumulators on the stack)
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write

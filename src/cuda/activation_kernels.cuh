@@ -33,6 +33,8 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "core/workspace.hpp"
 #include "cuda/activation_rows.cuh"
@@ -200,46 +202,40 @@ __device__ __forceinline__ A fast_gelu_derivative(A z) {
   return s + A(2 * kSqrt2OverPi) * z * dfma(A(3 * kFastGeluGamma) * z, z, A(1)) * w;
 }
 
-enum class Fn : uint8_t {
-  // gradients (read dY)
-  gelu_grad, fast_gelu_grad, relu_grad, sigmoid_grad, tanh_grad, quick_gelu_grad, leaky_relu_grad,
-  // forwards
-  gelu, fast_gelu, quick_gelu, relu, sigmoid, tanh, leaky_relu,
-};
-template <Fn F>
-struct FnTag {
-  static constexpr Fn value = F;
-};
-__host__ __device__ constexpr bool takes_dy(Fn f) { return f < Fn::gelu; }
-__host__ __device__ constexpr bool has_bias_form(Fn f) {
-  return f == Fn::gelu_grad || f == Fn::fast_gelu_grad || f == Fn::gelu || f == Fn::fast_gelu;
-}
+// The formula is the family contract's ActivationKind (src/ops/activation.hpp). Its predicates are
+// host constexpr functions, which device code may not call: the kernels read them as constants.
+using Kind = detail::ActivationKind;
+template <Kind F>
+inline constexpr bool kTakesDy = detail::activation_is_grad(F);
+template <Kind F>
+inline constexpr bool kHasBiasForm = detail::activation_kind_takes_bias(F);
+template <Kind>
+inline constexpr bool kNoFormula = false;
 
 // One element: g is dY (gradients only), v the op's main input (X, or Y where the op reads the
 // forward output; X + B for the bias forms).
-template <Fn F, class T, class A = compute_t<T>>
+template <Kind F, class T, class A = compute_t<T>>
 __device__ __forceinline__ A apply(A g, A v, A alpha) {
   constexpr bool kShort = sizeof(T) == 2;  // 16-bit outputs: the short GELU and fast exp suffice
-  if constexpr (F == Fn::gelu_grad) return g * gelu_derivative<kShort>(v);
-  if constexpr (F == Fn::fast_gelu_grad) return g * fast_gelu_derivative<kShort>(v);
-  if constexpr (F == Fn::relu_grad) return v > A(0) ? g : A(0);
-  if constexpr (F == Fn::sigmoid_grad) return g * v * (A(1) - v);
-  if constexpr (F == Fn::tanh_grad) return g * ((A(1) - v) * (A(1) + v));
-  if constexpr (F == Fn::quick_gelu_grad) {
+  if constexpr (F == Kind::gelu_grad) return g * gelu_derivative<kShort>(v);
+  else if constexpr (F == Kind::fast_gelu_grad) return g * fast_gelu_derivative<kShort>(v);
+  else if constexpr (F == Kind::relu_grad) return v > A(0) ? g : A(0);
+  else if constexpr (F == Kind::sigmoid_grad) return g * v * (A(1) - v);
+  else if constexpr (F == Kind::tanh_grad) return g * ((A(1) - v) * (A(1) + v));
+  else if constexpr (F == Kind::quick_gelu_grad) {
     const A w = alpha * v;
     A s, sn;
     sigmoid_pair<kShort>(w, s, sn);
     return g * (s * dfma(w, sn, A(1)));
-  }
-  if constexpr (F == Fn::leaky_relu_grad) return v > A(0) ? g : alpha * g;
-  if constexpr (F == Fn::gelu) return gelu<kShort>(v);
-  if constexpr (F == Fn::fast_gelu) return v * sigmoid<kShort>(fast_gelu_u2(v));
-  if constexpr (F == Fn::quick_gelu) return v * sigmoid<kShort>(alpha * v);
-  if constexpr (F == Fn::relu) return v > A(0) || v != v ? v : A(0);  // NaN propagates
-  if constexpr (F == Fn::sigmoid) return sigmoid<kShort>(v);
-  if constexpr (F == Fn::tanh) return dtanh(v);
-  if constexpr (F == Fn::leaky_relu) return v > A(0) ? v : alpha * v;
-  return A(0);
+  } else if constexpr (F == Kind::leaky_relu_grad) return v > A(0) ? g : alpha * g;
+  else if constexpr (F == Kind::gelu) return gelu<kShort>(v);
+  else if constexpr (F == Kind::fast_gelu) return v * sigmoid<kShort>(fast_gelu_u2(v));
+  else if constexpr (F == Kind::quick_gelu) return v * sigmoid<kShort>(alpha * v);
+  else if constexpr (F == Kind::relu) return v > A(0) || v != v ? v : A(0);  // NaN propagates
+  else if constexpr (F == Kind::sigmoid) return sigmoid<kShort>(v);
+  else if constexpr (F == Kind::tanh) return dtanh(v);
+  else if constexpr (F == Kind::leaky_relu) return v > A(0) ? v : alpha * v;
+  else static_assert(kNoFormula<F>, "a Kind of the family contract without its formula here");
 }
 
 // ---- without a bias: flat, grid-stride --------------------------------------------------------
@@ -274,14 +270,14 @@ struct FlatArgs {
   uint32_t bias_packs = 1;   // packs in a row (head 0, rows of whole packs, packs < 2^32)
 };
 
-template <Fn F, class T, int VEC, bool kBias = false>
+template <Kind F, class T, int VEC, bool kBias = false>
 __device__ __forceinline__ Pack<T, VEC> apply_pack(const Pack<T, VEC>& g, const Pack<T, VEC>& v,
                                                    compute_t<T> alpha, const Pack<T, VEC>& b = {}) {
   using A = compute_t<T>;
   Pack<T, VEC> o;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    const A gj = takes_dy(F) ? unpack(g, j) : A(0);
+    const A gj = kTakesDy<F> ? unpack(g, j) : A(0);
     A vj = unpack(v, j);
     if constexpr (kBias) vj = vj + unpack(b, j);  // as the bias kernel: X + B in the compute type
     o.v[j] = from_compute<T>(apply<F, T>(gj, vj, alpha));
@@ -297,12 +293,12 @@ __device__ __forceinline__ Pack<T, VEC> apply_pack(const Pack<T, VEC>& g, const 
 // 16-byte boundary: pack p takes bias pack p mod bias_packs (from L1 after its first use), so that
 // the bias grads stream contiguous chunks like the plain ones instead of the bias kernel's pieces
 // of many rows.
-template <Fn F, class T, int VEC, int kU = kUnroll<T>, int kMinB = kMinBlocks<T>, int kHint = kFlatHint<T>,
+template <Kind F, class T, int VEC, int kU = kUnroll<T>, int kMinB = kMinBlocks<T>, int kHint = kFlatHint<T>,
           int kThreads = kFlatThreadsOf<T>, bool kBias = false>
 __global__ void __launch_bounds__(kThreads, kMinB* kFlatThreads / kThreads) flat_kernel(FlatArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  constexpr bool kGrad = takes_dy(F);
+  constexpr bool kGrad = kTakesDy<F>;
   constexpr int64_t kChunk = int64_t{kThreads} * kU;
   const T* dy = static_cast<const T*>(a.dy);
   const T* x = static_cast<const T*>(a.x);
@@ -342,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, kMinB* kFlatThreads / kThreads) flat
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-template <Fn F, class T, int VEC, int kU = kUnroll<T>, int kMinB = kMinBlocks<T>, int kHint = kFlatHint<T>,
+template <Kind F, class T, int VEC, int kU = kUnroll<T>, int kMinB = kMinBlocks<T>, int kHint = kFlatHint<T>,
           int kThreads = kFlatThreadsOf<T>, bool kBias = false>
 Status run_flat(std::string_view op, const ActivationDesc& d, const Context& ctx) {
   FlatArgs a{d.dy, d.x, d.out, d.count, 0, d.count, d.alpha};
@@ -390,7 +386,7 @@ struct BiasTuning {
   int min_blocks;
   int64_t target;
 };
-template <Fn F, class T>
+template <Kind F, class T>
 constexpr BiasTuning bias_tuning() {
   if constexpr (sizeof(T) == 8) return {2, 1, 256};
   if constexpr (sizeof(T) == 2) return {4, 4, 4 * 132};
@@ -418,12 +414,12 @@ struct BiasArgs {
 // column unit take rows ty, ty + TY, ... of the block's row group.
 // kDb: whether dB is wanted (a.partial set); without it no column sums are kept, one add an element
 // fewer.
-template <Fn F, class T, int VEC, int kR, int kMinB, bool kDb>
+template <Kind F, class T, int VEC, int kR, int kMinB, bool kDb>
 __global__ void __launch_bounds__(kBiasThreads, kMinB) bias_kernel(BiasArgs a) {
   using A = compute_t<T>;
   griddep_launch_dependents();  // dB's column sum may launch now; it waits for this grid's end
   using P = Pack<T, VEC>;
-  constexpr bool kGrad = takes_dy(F);
+  constexpr bool kGrad = kTakesDy<F>;
   __shared__ A red[kBiasThreads * VEC];
   const T* dy = static_cast<const T*>(a.dy);
   const T* x = static_cast<const T*>(a.x);
@@ -538,7 +534,7 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
-template <Fn F, class T, int VEC, int kR = bias_tuning<F, T>().rows, int kMinB = bias_tuning<F, T>().min_blocks>
+template <Kind F, class T, int VEC, int kR = bias_tuning<F, T>().rows, int kMinB = bias_tuning<F, T>().min_blocks>
 Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev,
                 int64_t target_blocks = bias_tuning<F, T>().target, int max_tx = kBiasMaxTx) {
   using A = compute_t<T>;
@@ -606,7 +602,7 @@ struct BiasRowArgs {
 
 constexpr int64_t kRowKernelBlocks = 4 * 132;  // one wave of 4 resident blocks on 132 SMs (a constant)
 
-template <Fn F, class T, int VEC>
+template <Kind F, class T, int VEC>
 __global__ void __launch_bounds__(kBiasThreads, 4) bias_row_kernel(BiasRowArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
@@ -643,7 +639,7 @@ __global__ void __launch_bounds__(kBiasThreads, 4) bias_row_kernel(BiasRowArgs a
 // Rows of whole packs from a 16-byte boundary (the caller checks). The tiles share a row's packs
 // out evenly (at most 256 threads each); the row groups fill kRowKernelBlocks, so that they, and
 // dB's bits, depend on the shape alone.
-template <Fn F, class T, int VEC>
+template <Kind F, class T, int VEC>
 Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev) {
   using A = compute_t<T>;
   const int64_t rows = d.count / d.cols, packs = d.cols / VEC;
@@ -666,26 +662,18 @@ Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context&
 
 // ---- the rows' entries ---------------------------------------------------------------------------
 
-template <class G>
-Status visit_fn(OpId op, G&& g) {
-  switch (op) {
-    case OpId::GeluGrad: case OpId::BiasGeluGrad_dX: return g(FnTag<Fn::gelu_grad>{});
-    case OpId::FastGeluGrad: case OpId::BiasFastGeluGrad_dX: return g(FnTag<Fn::fast_gelu_grad>{});
-    case OpId::ReluGrad: return g(FnTag<Fn::relu_grad>{});
-    case OpId::SigmoidGrad: return g(FnTag<Fn::sigmoid_grad>{});
-    case OpId::TanhGrad: return g(FnTag<Fn::tanh_grad>{});
-    case OpId::QuickGeluGrad: return g(FnTag<Fn::quick_gelu_grad>{});
-    case OpId::LeakyReluGrad: return g(FnTag<Fn::leaky_relu_grad>{});
-    case OpId::Gelu: case OpId::BiasGelu: return g(FnTag<Fn::gelu>{});
-    case OpId::FastGelu: return g(FnTag<Fn::fast_gelu>{});
-    case OpId::QuickGelu: return g(FnTag<Fn::quick_gelu>{});
-    case OpId::Relu: return g(FnTag<Fn::relu>{});
-    case OpId::Sigmoid: return g(FnTag<Fn::sigmoid>{});
-    case OpId::Tanh: return g(FnTag<Fn::tanh>{});
-    case OpId::LeakyRelu: return g(FnTag<Fn::leaky_relu>{});
-    default: break;
+// Calls g with the Kind as a compile-time constant: every Kind of the contract is instantiated, so
+// a new one needs only its formula in apply().
+// Calls g with the Kind as a compile-time constant: every Kind of the contract is instantiated, so
+// a new one needs only its formula in apply().
+template <int I = 0, class G>
+Status visit_kind(Kind k, G&& g) {
+  if constexpr (I == detail::kActivationKinds) {
+    return Status(StatusCode::internal, "not an activation kind");
+  } else {
+    if (k == static_cast<Kind>(I)) return g(std::integral_constant<Kind, static_cast<Kind>(I)>{});
+    return visit_kind<I + 1>(k, std::forward<G>(g));
   }
-  return Status(StatusCode::internal, std::string(op_schema(op).name) + ": not an activation op");
 }
 
 }  // namespace
@@ -698,17 +686,17 @@ inline Status not_for(std::string_view op, const char* kernel) {
 
 template <class T>
 Status activation_flat(std::string_view op, const ActivationDesc& d, const Context& ctx, bool vec) {
-  return visit_fn(d.op, [&](auto fn) -> Status {
-    constexpr Fn F = decltype(fn)::value;
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr Kind F = decltype(kind)::value;
     return vec ? run_flat<F, T, kPackElems<T>>(op, d, ctx) : run_flat<F, T, 1>(op, d, ctx);
   });
 }
 
 template <class T>
 Status activation_flat_bias(std::string_view op, const ActivationDesc& d, const Context& ctx) {
-  return visit_fn(d.op, [&](auto fn) -> Status {
-    constexpr Fn F = decltype(fn)::value;
-    if constexpr (takes_dy(F) && has_bias_form(F) && sizeof(T) != 8)
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr Kind F = decltype(kind)::value;
+    if constexpr (kTakesDy<F> && kHasBiasForm<F> && sizeof(T) != 8)
       return run_flat<F, T, kPackElems<T>, kUnroll<T>, kMinBlocks<T>, kFlatHint<T>, kFlatThreadsOf<T>, true>(op, d,
                                                                                                           ctx);
     else
@@ -718,9 +706,9 @@ Status activation_flat_bias(std::string_view op, const ActivationDesc& d, const 
 
 template <class T>
 Status activation_bias_row(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  return visit_fn(d.op, [&](auto fn) -> Status {
-    constexpr Fn F = decltype(fn)::value;
-    if constexpr (takes_dy(F) && has_bias_form(F) && sizeof(T) == 2)
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr Kind F = decltype(kind)::value;
+    if constexpr (kTakesDy<F> && kHasBiasForm<F> && sizeof(T) == 2)
       return run_bias_row<F, T, kPackElems<T>>(op, d, ctx, dev);
     else
       return not_for(op, "the bias row kernel");
@@ -730,9 +718,9 @@ Status activation_bias_row(std::string_view op, const ActivationDesc& d, const C
 template <class T>
 Status activation_bias_2d(std::string_view op, const ActivationDesc& d, const Context& ctx, const DeviceInfo& dev,
                           bool vec) {
-  return visit_fn(d.op, [&](auto fn) -> Status {
-    constexpr Fn F = decltype(fn)::value;
-    if constexpr (has_bias_form(F))
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    constexpr Kind F = decltype(kind)::value;
+    if constexpr (kHasBiasForm<F>)
       return vec ? run_bias<F, T, kPackElems<T>>(op, d, ctx, dev) : run_bias<F, T, 1>(op, d, ctx, dev);
     else
       return not_for(op, "the 2-D bias kernel");

@@ -24,7 +24,6 @@ namespace {
 
 using detail::ActivationDesc;
 
-bool is_bias_grad(OpId op) { return op == OpId::BiasGeluGrad_dX || op == OpId::BiasFastGeluGrad_dX; }
 int64_t pack_elems(const ActivationDesc& d) { return static_cast<int64_t>(16 / dtype_size(d.dtype)); }
 
 // Every row: hardware loads of an element type need pointers aligned to its size.
@@ -75,7 +74,7 @@ using cuda::misalignment16;
 const char* cuda_activation_flat_bias_vec16_declines(const ActivationDesc& d) {
   if (const char* why = cuda::not_vec16(d)) return why;
   if (!d.bias) return "declines: no bias";
-  if (!cuda::is_bias_grad(d.op)) return "declines: not a bias gradient";
+  if (!detail::activation_is_grad(d.kind)) return "declines: not a bias gradient";
   if (d.dtype == DType::f64) return "declines: f64 (the 2-D kernel takes it)";
   if (d.db) return "declines: dB is wanted";
   if (misalignment16(d.x) != 0) return "declines: the rows do not start on a 16-byte boundary";
@@ -92,7 +91,7 @@ Status cuda_activation_flat_bias_vec16(const ActivationDesc& d, const Context& c
 const char* cuda_activation_bias_row_vec16_declines(const ActivationDesc& d) {
   if (const char* why = cuda::not_vec16(d)) return why;
   if (!d.bias) return "declines: no bias";
-  if (!cuda::is_bias_grad(d.op)) return "declines: not a bias gradient";
+  if (!detail::activation_is_grad(d.kind)) return "declines: not a bias gradient";
   if (dtype_size(d.dtype) != 2) return "declines: not f16 or bf16 (f32 and f64 take the 2-D kernel)";
   if (!d.db) return "declines: dB is not wanted";
   if (misalignment16(d.x) != 0) return "declines: the rows do not start on a 16-byte boundary";

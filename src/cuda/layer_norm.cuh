@@ -21,7 +21,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/reduce.cuh"
@@ -319,6 +322,99 @@ bool held_aligned(const LayerNormDesc& d) {
   if (d.scale && !aligned_to(d.scale, vb)) return false;
   if (d.bias && !aligned_to(d.bias, vb)) return false;
   return true;
+}
+
+// ---- the implementation rows (host): what both directions share ----------------------------------
+
+// The kernel choices, one implementation row each (src/ops/layer_norm.cpp): the held kernel at its
+// three launch-shape classes, and the general kernel.
+using Path = detail::LayerNormCudaKernel;
+
+// Every kernel loads and stores whole elements: no row takes a pointer not aligned to its size.
+inline const char* ln_unaligned(const LayerNormDesc& d) {
+  const std::pair<const void*, DType> tensors[] = {
+      {d.x, d.t},          {d.y, d.v},           {d.dy, d.v},           {d.dx, d.t},      {d.scale, d.v},
+      {d.bias, d.v},       {d.mean, d.u},        {d.inv_std, d.u},      {d.dscale, d.v},  {d.dbias, d.v},
+      {d.out_y, d.v},      {d.out_mean, d.u},    {d.out_inv_std, d.u}};
+  for (const auto& [p, dt] : tensors)
+    if (p && !aligned_to(p, dtype_size(dt))) return "declines: a pointer is not aligned to its element size";
+  return nullptr;
+}
+
+// The kernel that runs d, and its launch shape: the held kernel where the rows are of whole packs
+// and fit (held_shape with the direction's packs per thread), classed by its launch shape; else
+// the general one. A cluster must also be one the device can run: `fit(dev, &h)` is the
+// direction's fit_clusters for its held kernel, asked only with a device (dev = nullptr leaves a
+// cluster's rows to the cluster row, which is how the warp and block rows' declines() ask).
+struct LnPlan {
+  Path path = Path::general;
+  HeldShape h;
+};
+template <class S, class Fit>
+Status plan_held(const LayerNormDesc& d, int max_packs, const DeviceInfo* dev, Fit&& fit, LnPlan* p) {
+  *p = {};
+  if (d.cols == 0 || !held_aligned<S>(d)) return {};
+  p->h = held_shape(d.rows, d.cols / kLnVec<S>, max_packs);
+  if (p->h.ok && p->h.cluster > 1 && dev)
+    if (Status s = fit(*dev, &p->h); !s) return s;
+  if (!p->h.ok) return {};
+  p->path = p->h.cluster > 1 ? Path::cluster_per_row : p->h.lanes <= 32 ? Path::rows_per_warp : Path::block_per_row;
+  return {};
+}
+
+// A row's declines(), given the direction's plan(d, dev, &plan): the general row takes whatever
+// reaches it (every row before it has declined); a held row takes exactly the calls planned onto
+// its launch shape. Only the cluster row asks the device; where the device or the cluster query
+// fails, the row accepts, and its run() reports that failure.
+template <class Plan>
+const char* ln_row_declines(const LayerNormDesc& d, Path row, Plan&& plan) {
+  if (const char* why = ln_unaligned(d)) return why;
+  if (row == Path::general) return nullptr;
+  DeviceInfo dev;
+  const bool asked = row == Path::cluster_per_row;
+  if (asked && !current_device(op_schema(d.op).name, &dev)) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  LnPlan p;
+  if (!plan(asked ? &dev : nullptr, &p)) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (p.path == row) return nullptr;
+  switch (row) {
+    case Path::rows_per_warp: return "declines: rows not of whole 16-byte packs, or longer than a warp holds";
+    case Path::block_per_row:
+      return "declines: rows not of whole 16-byte packs, or not longer than a warp holds and no longer than a block";
+    default:
+      return "declines: rows not of whole 16-byte packs, not longer than a block holds and no longer than a cluster, "
+             "or a cluster this device cannot run";
+  }
+}
+
+// run() of a held row whose plan chose another kernel: declines() and run() disagree.
+inline Status ln_not_planned(std::string_view op) {
+  return Status(StatusCode::internal, std::string(op) + ": the LayerNorm kernel planned differs from its row's");
+}
+
+// Launches kernel with `blocks` blocks of `threads`, `cluster` blocks a cluster and `smem` bytes of
+// dynamic shared memory.
+template <class Kernel>
+Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
+                 std::size_t smem, cudaStream_t stream, const LnArgs& a) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = cluster > 1 ? &attr : nullptr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
 }
 
 }  // namespace gradops::cuda

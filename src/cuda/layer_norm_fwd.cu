@@ -191,45 +191,23 @@ __global__ void __launch_bounds__(kGeneralThreads) general_fwd_kernel(LnArgs a) 
 
 // ---- host side ------------------------------------------------------------------------------------
 
-enum class Path { warp, block, cluster, general };
-
-template <class S>
-Path path_of(const LayerNormDesc& d) {
-  if (d.cols == 0 || !held_aligned<S>(d)) return Path::general;
-  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>, kLnFwdMaxPacks);
-  if (!h.ok) return Path::general;
-  if (h.cluster > 1) return Path::cluster;
-  return h.lanes <= 32 ? Path::warp : Path::block;
+// The held kernel a forward launches for rows of `n` packs a thread.
+template <LnKind K, class S>
+auto held_fwd_for(int n) {
+  return n == kLnFwdMaxPacks ? held_fwd_kernel<K, S, kLnVec<S>, kLnFwdMaxPacks> : held_fwd_kernel<K, S, kLnVec<S>, kLnMaxPacks>;
 }
 
-Path path_of(const LayerNormDesc& d) {
-  Path p = Path::general;
-  (void)visit_sig(d, "", [&](auto sig) -> Status {
-    p = path_of<decltype(sig)>(d);
-    return {};
-  });
-  return p;
-}
-
-template <class Kernel>
-Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
-                 cudaStream_t stream, const LnArgs& a) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.stream = stream;
-  cfg.attrs = cluster > 1 ? &attr : nullptr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
+// The kernel for d and its launch shape (plan_held), with the forward's packs per thread (it keeps
+// no column sums in registers, so it holds up to kLnFwdMaxPacks).
+template <LnKind K, class S>
+Status plan_fwd(std::string_view op, const LayerNormDesc& d, const DeviceInfo* dev, LnPlan* p) {
+  return plan_held<S>(
+      d, kLnFwdMaxPacks, dev,
+      [&](const DeviceInfo& dv, HeldShape* h) { return fit_clusters(op, held_fwd_for<K, S>(h->n), dv, d.rows, h); }, p);
 }
 
 template <LnKind K, class S>
-Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev) {
+Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev, Path row) {
   constexpr int VEC = kLnVec<S>;
   LnArgs a{};
   a.src = d.x;
@@ -242,28 +220,19 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   a.rows = d.rows;
   a.cols = d.cols;
   a.epsilon = d.epsilon;
-  Path path = path_of<S>(d);
   const cudaStream_t stream = stream_of(ctx);
-  HeldShape h;
-  if (path != Path::general) {
-    h = held_shape(d.rows, d.cols / VEC, kLnFwdMaxPacks);
-    if (h.cluster > 1)
-      if (Status s = fit_clusters(op,
-                                  h.n == kLnFwdMaxPacks ? held_fwd_kernel<K, S, VEC, kLnFwdMaxPacks>
-                                                        : held_fwd_kernel<K, S, VEC, kLnMaxPacks>,
-                                  dev, d.rows, &h);
-          !s)
-        return s;
-    if (!h.ok) path = Path::general;
-  }
-  if (path == Path::general)
+  if (row == Path::general)
     return launch_ln(op, "the general forward launch", general_fwd_kernel<K, S>,
-                     std::min<int64_t>(d.rows, kGeneralBlocks), kGeneralThreads, 1, stream, a);
+                     std::min<int64_t>(d.rows, kGeneralBlocks), kGeneralThreads, 1, 0, stream, a);
+  LnPlan plan;
+  if (Status s = plan_fwd<K, S>(op, d, &dev, &plan); !s) return s;
+  if (plan.path != row) return ln_not_planned(op);
+  const HeldShape& h = plan.h;
   a.lanes = h.lanes;
   a.cluster = h.cluster;
   a.groups = h.groups;
   auto go = [&](auto kernel) {
-    return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, stream, a);
+    return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, 0, stream, a);
   };
   switch (h.n) {
     case 1: return go(held_fwd_kernel<K, S, VEC, 1>);
@@ -274,23 +243,18 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   return go(held_fwd_kernel<K, S, VEC, kLnMaxPacks>);
 }
 
-Status run(const LayerNormDesc& d, const Context& ctx) {
+// A row's run(): its own kernel only (the row's declines() has taken the call), after the empty cases,
+// which launch nothing.
+Status run(const LayerNormDesc& d, const Context& ctx, Path row) {
   const std::string_view op = op_schema(d.op).name;
-  for (const auto& [p, dt] : {std::pair{d.x, d.t}, std::pair{static_cast<const void*>(d.out_y), d.v},
-                              std::pair{d.scale, d.v}, std::pair{d.bias, d.v},
-                              std::pair{static_cast<const void*>(d.out_mean), d.u},
-                              std::pair{static_cast<const void*>(d.out_inv_std), d.u}})
-    if (p && !aligned_to(p, dtype_size(dt)))
-      return Status(StatusCode::unimplemented,
-                    std::string(op) + ": the CUDA kernels need every pointer aligned to its element size");
   if (d.rows == 0) return {};
   if (d.cols == 0 && !d.out_mean && !d.out_inv_std) return {};
   DeviceInfo dev;
   if (Status s = current_device(op, &dev); !s) return s;
   return visit_sig(d, op, [&](auto sig) -> Status {
     using S = decltype(sig);
-    if (d.op == OpId::LayerNormalization) return run_fwd<LnKind::ln_fwd, S>(op, d, ctx, dev);
-    return run_fwd<LnKind::rms_fwd, S>(op, d, ctx, dev);
+    if (d.op == OpId::LayerNormalization) return run_fwd<LnKind::ln_fwd, S>(op, d, ctx, dev, row);
+    return run_fwd<LnKind::rms_fwd, S>(op, d, ctx, dev, row);
   });
 }
 
@@ -299,20 +263,18 @@ Status run(const LayerNormDesc& d, const Context& ctx) {
 
 namespace gradops::detail {
 
-const char* cuda_layer_norm_fwd_warp_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::warp ? nullptr
-                                              : "declines: rows not of whole 16-byte packs, or longer than a warp holds";
+const char* cuda_layer_norm_fwd_declines(const LayerNormDesc& d, LayerNormCudaKernel k) {
+  return cuda::ln_row_declines(d, k, [&](const cuda::DeviceInfo* dev, cuda::LnPlan* p) -> Status {
+    const std::string_view op = op_schema(d.op).name;
+    return cuda::visit_sig(d, op, [&](auto sig) -> Status {
+      using S = decltype(sig);
+      if (d.op == OpId::LayerNormalization) return cuda::plan_fwd<cuda::LnKind::ln_fwd, S>(op, d, dev, p);
+      return cuda::plan_fwd<cuda::LnKind::rms_fwd, S>(op, d, dev, p);
+    });
+  });
 }
-const char* cuda_layer_norm_fwd_block_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::block
-             ? nullptr
-             : "declines: rows not of whole 16-byte packs, or not longer than a warp holds and no longer than a block";
+Status cuda_layer_norm_fwd(const LayerNormDesc& d, const Context& ctx, LayerNormCudaKernel k) {
+  return cuda::run(d, ctx, k);
 }
-const char* cuda_layer_norm_fwd_cluster_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::cluster
-             ? nullptr
-             : "declines: rows not of whole 16-byte packs, or not longer than a block holds and no longer than a cluster";
-}
-Status cuda_layer_norm_fwd(const LayerNormDesc& d, const Context& ctx) { return cuda::run(d, ctx); }
 
 }  // namespace gradops::detail

@@ -272,8 +272,6 @@ __global__ void __launch_bounds__(kGeneralThreads) general_grad_kernel(LnArgs a)
 
 // ---- host side ------------------------------------------------------------------------------------
 
-enum class Path { warp, block, cluster, general };
-
 template <class G>
 Status visit_grad_kind(OpId op, G&& g) {
   switch (op) {
@@ -284,47 +282,19 @@ Status visit_grad_kind(OpId op, G&& g) {
   return g(std::integral_constant<LnKind, LnKind::rms_grad>{});
 }
 
-// The path run() takes for a descriptor (the implementation rows decline all others).
-template <class S>
-Path path_of(const LayerNormDesc& d) {
-  if (!held_aligned<S>(d)) return Path::general;
-  const HeldShape h = held_shape(d.rows, d.cols / kLnVec<S>);
-  if (!h.ok) return Path::general;
-  if (h.cluster > 1) return Path::cluster;
-  return h.lanes <= 32 ? Path::warp : Path::block;
-}
-
-Path path_of(const LayerNormDesc& d) {
-  Path p = Path::general;
-  (void)visit_sig(d, "", [&](auto sig) -> Status {
-    p = path_of<decltype(sig)>(d);
-    return {};
-  });
-  return p;
-}
-
-// Launches kernel with `blocks` blocks of `threads`, `cluster` blocks a cluster and `smem` bytes of
-// dynamic shared memory.
-template <class Kernel>
-Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
-                 std::size_t smem, cudaStream_t stream, const LnArgs& a) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = cluster > 1 ? &attr : nullptr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
+// The kernel for d and its launch shape (plan_held), with the gradient's packs per thread.
+template <LnKind K, class S>
+Status plan_grad(std::string_view op, const LayerNormDesc& d, const DeviceInfo* dev, LnPlan* p) {
+  return plan_held<S>(
+      d, kLnMaxPacks, dev,
+      [&](const DeviceInfo& dv, HeldShape* h) {
+        return fit_clusters(op, held_grad_kernel<K, S, kLnVec<S>, kLnMaxPacks>, dv, d.rows, h);
+      },
+      p);
 }
 
 template <LnKind K, class S>
-Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev) {
+Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx, const DeviceInfo& dev, Path row) {
   using A = typename S::A;
   using V = typename S::V;
   constexpr int VEC = kLnVec<S>;
@@ -340,15 +310,13 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   a.rows = d.rows;
   a.cols = d.cols;
   const bool want = d.dscale || (kHasDbias<K> && d.dbias);
-  Path path = path_of<S>(d);
-  HeldShape h;
-  if (path != Path::general) {
-    h = held_shape(d.rows, d.cols / VEC);
-    if (h.cluster > 1)
-      if (Status s = fit_clusters(op, held_grad_kernel<K, S, VEC, kLnMaxPacks>, dev, d.rows, &h); !s) return s;
-    if (!h.ok) path = Path::general;
+  LnPlan plan;
+  if (row != Path::general) {
+    if (Status s = plan_grad<K, S>(op, d, &dev, &plan); !s) return s;
+    if (plan.path != row) return ln_not_planned(op);
   }
-  if (path == Path::general) {
+  const HeldShape& h = plan.h;
+  if (row == Path::general) {
     a.groups = std::min<int64_t>({d.rows, kGeneralBlocks, std::max<int64_t>(1, kMaxPartialElems / d.cols)});
   } else {
     a.groups = h.groups;
@@ -363,7 +331,7 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     a.partial = ws.as<A>();
   }
   auto launch_main = [&]() -> Status {
-    if (path == Path::general)
+    if (row == Path::general)
       return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,
                        stream, a);
     const std::size_t smem = want && h.rows_per_block > 1 ? sizeof(A) * 2 * static_cast<std::size_t>(d.cols) : 0;
@@ -393,16 +361,10 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   return launch_column_sum<V>(op, stream, cs, outs, "the dscale/dbias column-sum launch");
 }
 
-Status run(const LayerNormDesc& d, const Context& ctx) {
+// A row's run(): its own kernel only (the row's declines() has taken the call), after the empty cases,
+// which launch nothing.
+Status run(const LayerNormDesc& d, const Context& ctx, Path row) {
   const std::string_view op = op_schema(d.op).name;
-  for (const auto& [p, dt] : {std::pair{d.x, d.t}, std::pair{d.y, d.v}, std::pair{d.dy, d.v},
-                              std::pair{static_cast<const void*>(d.dx), d.t}, std::pair{d.scale, d.v},
-                              std::pair{d.bias, d.v}, std::pair{d.mean, d.u}, std::pair{d.inv_std, d.u},
-                              std::pair{static_cast<const void*>(d.dscale), d.v},
-                              std::pair{static_cast<const void*>(d.dbias), d.v}})
-    if (p && !aligned_to(p, dtype_size(dt)))
-      return Status(StatusCode::unimplemented,
-                    std::string(op) + ": the CUDA kernels need every pointer aligned to its element size");
   const bool rms = d.op == OpId::SimplifiedLayerNormalizationGrad;
   if (d.cols == 0) return {};
   if (d.rows == 0) {  // sums over no rows: +0.0, all-zero bits in every format
@@ -418,7 +380,7 @@ Status run(const LayerNormDesc& d, const Context& ctx) {
   return visit_sig(d, op, [&](auto sig) -> Status {
     using S = decltype(sig);
     return visit_grad_kind(d.op, [&](auto kind) -> Status {
-      return run_grad<decltype(kind)::value, S>(op, d, ctx, dev);
+      return run_grad<decltype(kind)::value, S>(op, d, ctx, dev, row);
     });
   });
 }
@@ -428,20 +390,18 @@ Status run(const LayerNormDesc& d, const Context& ctx) {
 
 namespace gradops::detail {
 
-const char* cuda_layer_norm_grad_warp_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::warp ? nullptr
-                                              : "declines: rows not of whole 16-byte packs, or longer than a warp holds";
+const char* cuda_layer_norm_grad_declines(const LayerNormDesc& d, LayerNormCudaKernel k) {
+  return cuda::ln_row_declines(d, k, [&](const cuda::DeviceInfo* dev, cuda::LnPlan* p) -> Status {
+    const std::string_view op = op_schema(d.op).name;
+    return cuda::visit_sig(d, op, [&](auto sig) -> Status {
+      return cuda::visit_grad_kind(d.op, [&](auto kind) -> Status {
+        return cuda::plan_grad<decltype(kind)::value, decltype(sig)>(op, d, dev, p);
+      });
+    });
+  });
 }
-const char* cuda_layer_norm_grad_block_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::block
-             ? nullptr
-             : "declines: rows not of whole 16-byte packs, or not longer than a warp holds and no longer than a block";
+Status cuda_layer_norm_grad(const LayerNormDesc& d, const Context& ctx, LayerNormCudaKernel k) {
+  return cuda::run(d, ctx, k);
 }
-const char* cuda_layer_norm_grad_cluster_declines(const LayerNormDesc& d) {
-  return cuda::path_of(d) == cuda::Path::cluster
-             ? nullptr
-             : "declines: rows not of whole 16-byte packs, or not longer than a block holds and no longer than a cluster";
-}
-Status cuda_layer_norm_grad(const LayerNormDesc& d, const Context& ctx) { return cuda::run(d, ctx); }
 
 }  // namespace gradops::detail

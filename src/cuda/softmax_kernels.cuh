@@ -205,55 +205,45 @@ __global__ void __launch_bounds__(kTwoPassThreads) two_pass_kernel(RowArgs a) {
     const P* yp = reinterpret_cast<const P*>(y + base + head);
     const P* gp = is_grad(K) ? reinterpret_cast<const P*>(dy + base + head) : nullptr;
     P* op = reinterpret_cast<P*>(out + base + head);
-    auto elem = [&](int64_t i, A& ye, A& ge) {
-      ye = to_compute(y[base + i]);
-      ge = A(0);
-      if constexpr (is_grad(K)) ge = to_compute(dy[base + i]);
+    // Both passes walk this thread's part of the row alike: its packs of the aligned body, then its
+    // elements before and after it, so that the second re-reads what this thread read (from L1 or
+    // L2). A pack reaches on_pack as stored; a single element, on_element in the compute type.
+    auto walk = [&](auto&& on_pack, auto&& on_element) {
+#pragma unroll(kTwoPassUnroll<T>)
+      for (int64_t p = t; p < packs; p += nthreads) {
+        const P yv = yp[p];
+        P gv = {};
+        if constexpr (is_grad(K)) gv = gp[p];
+        on_pack(p, yv, gv);
+      }
+      auto element = [&](int64_t i) {
+        const A ye = to_compute(y[base + i]);
+        A ge = A(0);
+        if constexpr (is_grad(K)) ge = to_compute(dy[base + i]);
+        on_element(i, ye, ge);
+      };
+      for (int64_t i = t; i < head; i += nthreads) element(i);
+      for (int64_t i = tail_start + t; i < a.len; i += nthreads) element(i);
     };
 
     Stat<A> st{-INFINITY, A(0)};
-#pragma unroll(kTwoPassUnroll<T>)
-    for (int64_t p = t; p < packs; p += nthreads) {
-      const P yv = yp[p];
-      P gv = {};
-      if constexpr (is_grad(K)) gv = gp[p];
+    walk(
+        [&](int64_t, const P& yv, const P& gv) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) push<K>(st, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0));
-    }
-    for (int64_t i = t; i < head; i += nthreads) {
-      A ye, ge;
-      elem(i, ye, ge);
-      push<K>(st, ye, ge);
-    }
-    for (int64_t i = tail_start + t; i < a.len; i += nthreads) {
-      A ye, ge;
-      elem(i, ye, ge);
-      push<K>(st, ye, ge);
-    }
+          for (int j = 0; j < VEC; ++j) push<K>(st, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0));
+        },
+        [&](int64_t, A ye, A ge) { push<K>(st, ye, ge); });
     const Final<A> f = final_of<K, A>(block_allreduce<R, C>(stream_value<K>(st), sm, parity));
-
-#pragma unroll(kTwoPassUnroll<T>)
-    for (int64_t p = t; p < packs; p += nthreads) {
-      const P yv = yp[p];
-      P gv = {};
-      if constexpr (is_grad(K)) gv = gp[p];
-      P o;
+    walk(
+        [&](int64_t p, const P& yv, const P& gv) {
+          P o;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o.v[j] = from_compute<T>(
-            output<K, sizeof(T) == 2>(f, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0)));
-      op[p] = o;
-    }
-    for (int64_t i = t; i < head; i += nthreads) {
-      A ye, ge;
-      elem(i, ye, ge);
-      out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
-    }
-    for (int64_t i = tail_start + t; i < a.len; i += nthreads) {
-      A ye, ge;
-      elem(i, ye, ge);
-      out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
-    }
+          for (int j = 0; j < VEC; ++j)
+            o.v[j] = from_compute<T>(
+                output<K, sizeof(T) == 2>(f, unpack(yv, j), is_grad(K) ? unpack(gv, j) : A(0)));
+          op[p] = o;
+        },
+        [&](int64_t i, A ye, A ge) { out[base + i] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge)); });
   }
   cluster_exit<C>();
 }

@@ -30,6 +30,9 @@ enum class ActivationKind : uint8_t {
 };
 
 constexpr bool activation_is_grad(ActivationKind k) noexcept { return k < ActivationKind::gelu; }
+// How many Kinds there are, for backends that instantiate a kernel per Kind: the last one plus one
+// (a Kind added after leaky_relu moves this too).
+inline constexpr int kActivationKinds = static_cast<int>(ActivationKind::leaky_relu) + 1;
 
 constexpr ActivationKind activation_kind(OpId op) noexcept {
   switch (op) {

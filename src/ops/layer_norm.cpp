@@ -21,27 +21,29 @@ namespace {
 bool is_gradient(const LayerNormDesc& d) {
   return d.op != OpId::LayerNormalization && d.op != OpId::SimplifiedLayerNormalization;
 }
-const char* cuda_warp_declines(const LayerNormDesc& d) {
-  return is_gradient(d) ? cuda_layer_norm_grad_warp_declines(d) : cuda_layer_norm_fwd_warp_declines(d);
+// Each row's entries: the gradients and the forwards are compiled apart (layer_norm_grad.cu,
+// layer_norm_fwd.cu), and each names the kernel K of its direction.
+template <LayerNormCudaKernel K>
+const char* cuda_declines(const LayerNormDesc& d) {
+  return is_gradient(d) ? cuda_layer_norm_grad_declines(d, K) : cuda_layer_norm_fwd_declines(d, K);
 }
-const char* cuda_block_declines(const LayerNormDesc& d) {
-  return is_gradient(d) ? cuda_layer_norm_grad_block_declines(d) : cuda_layer_norm_fwd_block_declines(d);
-}
-const char* cuda_cluster_declines(const LayerNormDesc& d) {
-  return is_gradient(d) ? cuda_layer_norm_grad_cluster_declines(d) : cuda_layer_norm_fwd_cluster_declines(d);
-}
+template <LayerNormCudaKernel K>
 Status cuda_run(const LayerNormDesc& d, const Context& ctx) {
-  return is_gradient(d) ? cuda_layer_norm_grad(d, ctx) : cuda_layer_norm_fwd(d, ctx);
+  return is_gradient(d) ? cuda_layer_norm_grad(d, ctx, K) : cuda_layer_norm_fwd(d, ctx, K);
 }
+using CudaKernel = LayerNormCudaKernel;
 #endif
 
 constexpr Impl<LayerNormDesc> kImpls[] = {
     {"cpu:simd", DeviceType::cpu, nullptr, cpu_layer_norm, nullptr, cpu_simd_target},
 #if GRADOPS_HAVE_CUDA
-    {"cuda:rows_per_warp", DeviceType::cuda, cuda_warp_declines, cuda_run},
-    {"cuda:block_per_row", DeviceType::cuda, cuda_block_declines, cuda_run},
-    {"cuda:cluster_per_row", DeviceType::cuda, cuda_cluster_declines, cuda_run},
-    {"cuda:general", DeviceType::cuda, nullptr, cuda_run},
+    {"cuda:rows_per_warp", DeviceType::cuda, cuda_declines<CudaKernel::rows_per_warp>,
+     cuda_run<CudaKernel::rows_per_warp>},
+    {"cuda:block_per_row", DeviceType::cuda, cuda_declines<CudaKernel::block_per_row>,
+     cuda_run<CudaKernel::block_per_row>},
+    {"cuda:cluster_per_row", DeviceType::cuda, cuda_declines<CudaKernel::cluster_per_row>,
+     cuda_run<CudaKernel::cluster_per_row>},
+    {"cuda:general", DeviceType::cuda, cuda_declines<CudaKernel::general>, cuda_run<CudaKernel::general>},
 #endif
 };
 constexpr auto kRows = row_infos(kImpls);

@@ -79,18 +79,17 @@ struct LayerNormDesc {
 
 Status cpu_layer_norm(const LayerNormDesc& d, const Context& ctx);
 
-// CUDA (src/cuda/layer_norm_grad.cu and layer_norm_fwd.cu, built with the backend). Rows of whole
-// 16-byte packs are held in registers by a group of a warp's lanes (several rows a warp), by warps
-// of a block, or by a cluster of blocks, as the row grows; any other row (unaligned, or longer than
-// a cluster of 8 blocks holds) goes to the general kernel. The *_declines functions say which
-// shape is whose; the run functions pick the same path themselves.
-const char* cuda_layer_norm_grad_warp_declines(const LayerNormDesc& d);
-const char* cuda_layer_norm_grad_block_declines(const LayerNormDesc& d);
-const char* cuda_layer_norm_grad_cluster_declines(const LayerNormDesc& d);
-Status cuda_layer_norm_grad(const LayerNormDesc& d, const Context& ctx);
-const char* cuda_layer_norm_fwd_warp_declines(const LayerNormDesc& d);
-const char* cuda_layer_norm_fwd_block_declines(const LayerNormDesc& d);
-const char* cuda_layer_norm_fwd_cluster_declines(const LayerNormDesc& d);
-Status cuda_layer_norm_fwd(const LayerNormDesc& d, const Context& ctx);
+// CUDA (src/cuda/layer_norm_grad.cu and layer_norm_fwd.cu, built with the backend): one
+// implementation row per kernel choice. Rows of whole 16-byte packs are held in registers by a
+// group of a warp's lanes (several rows a warp), by warps of a block, or by a cluster of blocks, as
+// the row grows; any other row (not of whole packs, longer than a cluster of 8 blocks holds, or
+// whose cluster the device cannot run) goes to the general kernel. A row's declines() takes exactly
+// the calls its run() launches its own kernel for, and declines pointers not aligned to their
+// element size (no kernel takes those).
+enum class LayerNormCudaKernel : uint8_t { rows_per_warp, block_per_row, cluster_per_row, general };
+const char* cuda_layer_norm_grad_declines(const LayerNormDesc& d, LayerNormCudaKernel k);
+Status cuda_layer_norm_grad(const LayerNormDesc& d, const Context& ctx, LayerNormCudaKernel k);
+const char* cuda_layer_norm_fwd_declines(const LayerNormDesc& d, LayerNormCudaKernel k);
+Status cuda_layer_norm_fwd(const LayerNormDesc& d, const Context& ctx, LayerNormCudaKernel k);
 
 }  // namespace gradops::detail

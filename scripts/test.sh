@@ -10,7 +10,7 @@ ctest --test-dir build/default --output-on-failure -j"$(nproc)"
 # The Python package (python/): installed offline into a venv over Debian's numpy and PyTorch, then pytest.
 ./scripts/test_python.sh build/default
 # The same C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer (no recovery), then a
-# 60-second fuzz run: a CPU-only clang build in build/sanitize (docs/robustness.md has its time).
+# fuzz run of at most 60 s: a CPU-only clang build in build/sanitize (docs/robustness.md has its time).
 # GRADOPS_SANITIZE=0 skips it.
 if [ "${GRADOPS_SANITIZE:-1}" != 0 ]; then
   ./scripts/sanitize.sh

@@ -32,6 +32,7 @@ using namespace gradops;
 
 constexpr std::size_t kGuard = 64;
 constexpr int64_t kMaxElements = 4096;
+constexpr int64_t kMaxBacked = int64_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "gradops_fuzzer: %s\n", what.c_str());
@@ -172,7 +173,10 @@ int run_one(const uint8_t* data, std::size_t size) {
         t.device = {f.ConsumeIntegralInRange<int32_t>(-1, 3), f.ConsumeIntegralInRange<int32_t>(-2, 6)};
         keeps_valid = false;
         break;
-      case 7: t.present = false; keeps_valid = false; break;  // NULL entry (valid for an optional output)
+      case 7:  // NULL entry: valid for an optional output, whose siblings must then still match
+        t.present = false;
+        if (!pick_out) keeps_valid = false;
+        break;
       case 8: num_in = f.ConsumeIntegralInRange<std::size_t>(0, 6); keeps_valid = false; break;
       case 9: num_out = f.ConsumeIntegralInRange<std::size_t>(0, 6); keeps_valid = false; break;
       case 10: attrs.emplace_back(f.ConsumeRandomLengthString(12), f.ConsumeFloatingPoint<double>()); keeps_valid = false; break;
@@ -192,8 +196,13 @@ int run_one(const uint8_t* data, std::size_t size) {
           auto& [n, v] = attrs[f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)];
           const int k = op.find_attribute(n);
           if (k >= 0) v = attr_value(f, op.attributes[k]);
+          // A small finite value the op accepts must give the oracle's results for it too; the
+          // extremes are checked for rejection and untouched bytes only.
+          if (k >= 0 && std::isfinite(v) && std::fabs(v) <= 2) overrides[n] = v;
+          else keeps_valid = false;
+        } else {
+          keeps_valid = false;
         }
-        keeps_valid = false;
         break;
       case 14:
         if (pick_out && !in.empty()) {
@@ -203,7 +212,7 @@ int run_one(const uint8_t* data, std::size_t size) {
         }
         break;
       case 15: op_name = f.ConsumeRandomLengthString(24); keeps_valid = false; break;
-      case 16: threads = f.ConsumeIntegralInRange<int>(-2, 64); keeps_valid = false; break;
+      case 16: threads = f.ConsumeIntegralInRange<int>(-2, 64); break;  // any count it accepts: the same results
       default:  // the default takes over (a required one goes missing)
         if (!attrs.empty()) attrs.erase(attrs.begin() + static_cast<std::ptrdiff_t>(f.ConsumeIntegralInRange<std::size_t>(0, attrs.size() - 1)));
         keeps_valid = false;
@@ -211,14 +220,15 @@ int run_one(const uint8_t* data, std::size_t size) {
     }
   }
 
-  // Storage: one per present tensor, at a random misalignment, sized for its shape when that is
-  // small, else a small region (a call that large must be rejected or empty).
+  // Storage: one per present tensor, at a random misalignment, sized for its shape up to
+  // kMaxBacked elements (mutated dims of several tensors can agree, making a larger valid call),
+  // else a small region (a call that large must be rejected or empty).
   std::vector<Storage> store;
   auto place = [&](Tensor& t) {
     if (!t.present) return;
     const int64_t n = numel_or_minus1(t.shape);
     const std::size_t es = t.dtype >= 0 && t.dtype <= 3 ? dtype_size(static_cast<DType>(t.dtype)) : 4;
-    const std::size_t len = n >= 0 && n <= kMaxElements ? static_cast<std::size_t>(n) * es : 16;
+    const std::size_t len = n >= 0 && n <= kMaxBacked ? static_cast<std::size_t>(n) * es : 16;
     Storage s;
     const std::size_t shift = f.ConsumeIntegralInRange<std::size_t>(0, 7);
     s.bytes.resize(len + 2 * kGuard + 64 + shift);
@@ -243,6 +253,16 @@ int run_one(const uint8_t* data, std::size_t size) {
   }
   for (Storage& s : store) s.snapshot = s.bytes;
 
+  // An output placed on an input's storage must fit in it and its guard bands: an empty input's
+  // storage cannot hold a non-empty output, which the library rightly finds not to overlap it.
+  for (Tensor& t : out) {
+    if (t.alias_of_input < 0 || !t.present || !in[static_cast<std::size_t>(t.alias_of_input)].present) continue;
+    const Storage& st = store[in[static_cast<std::size_t>(t.alias_of_input)].storage];
+    const int64_t n = numel_or_minus1(t.shape);
+    const int64_t es = t.dtype >= 0 && t.dtype <= 3 ? static_cast<int64_t>(dtype_size(static_cast<DType>(t.dtype))) : 4;
+    const int64_t lo = static_cast<int64_t>(st.data_at) + t.alias_shift;
+    if (n < 0 || n > kMaxBacked || lo + n * es > static_cast<int64_t>(st.bytes.size())) t.alias_of_input = -1;
+  }
   auto c_tensor = [&](const Tensor& t, bool output) {
     gradops_tensor c{};
     c.device = t.device;
@@ -276,6 +296,27 @@ int run_one(const uint8_t* data, std::size_t size) {
   gradops_context ctx{};
   ctx.num_threads = threads;
 
+  // GRADOPS_FUZZ_VERBOSE=1: print the call first (to turn a saved input into a regression test).
+  static const bool verbose = std::getenv("GRADOPS_FUZZ_VERBOSE") != nullptr;
+  if (verbose) {
+    auto print = [&](const char* side, std::size_t k, const gradops_tensor* t) {
+      if (!t) return (void)std::fprintf(stderr, "  %s[%zu] NULL\n", side, k);
+      std::fprintf(stderr, "  %s[%zu] dtype %d device %d:%d misalign %zu shape", side, k, t->dtype, t->device.type,
+                   t->device.index, static_cast<std::size_t>(reinterpret_cast<uintptr_t>(t->data) % 64));
+      for (int32_t d = 0; d < t->rank; ++d) std::fprintf(stderr, " %lld", static_cast<long long>(t->shape[d]));
+      if (t->strides) {
+        std::fprintf(stderr, " strides");
+        for (int32_t d = 0; d < t->rank; ++d) std::fprintf(stderr, " %lld", static_cast<long long>(t->strides[d]));
+      }
+      std::fprintf(stderr, "\n");
+    };
+    std::fprintf(stderr, "gradops_fuzzer: %s, %zu inputs, %zu outputs, threads %d\n", op_name.c_str(), num_in, num_out, threads);
+    for (std::size_t i = 0; i < num_in; ++i) print("in", i, pin[i]);
+    for (std::size_t o = 0; o < num_out; ++o) print("out", o, pout[o]);
+    for (const auto& [n, v] : attrs) std::fprintf(stderr, "  attr '%s' = %.17g\n", n.c_str(), v);
+    for (std::size_t b = 0; b < store.size(); ++b)
+      std::fprintf(stderr, "  buffer %zu: %zu data bytes\n", b, store[b].data_len);
+  }
   const gradops_status s = gradops_run(op_name.c_str(), pin.data(), num_in, pout.data(), num_out, cattrs.data(),
                                        cattrs.size(), &ctx);
   const std::string msg = gradops_last_error();

@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "gradops/ops.hpp"
@@ -186,8 +187,14 @@ gradops_arg_info arg_info(const gradops::OpSchema& op, const gradops::ArgSchema&
 extern "C" {
 
 const char* gradops_status_string(gradops_status code) GRADOPS_NOEXCEPT {
-  if (code < GRADOPS_OK || code > GRADOPS_INTERNAL) return "unknown";
-  return gradops::status_code_name(static_cast<StatusCode>(code));
+  // A C caller may pass any int (the header promises "unknown" outside the enum), but reading a C++
+  // enum holding a value outside its range is undefined behaviour (UBSan: "load of value 42, which
+  // is not a valid value for type 'gradops_status'"): compare its bits instead.
+  std::underlying_type_t<gradops_status> bits;
+  std::memcpy(&bits, &code, sizeof bits);
+  const auto v = static_cast<long long>(bits);
+  if (v < GRADOPS_OK || v > GRADOPS_INTERNAL) return "unknown";
+  return gradops::status_code_name(static_cast<StatusCode>(v));
 }
 
 const char* gradops_last_error(void) GRADOPS_NOEXCEPT { return g_last_error; }

@@ -202,7 +202,9 @@ static void test_status_strings(void) {
   CHECK(strcmp(gradops_status_string(GRADOPS_OUT_OF_MEMORY), "out_of_memory") == 0);
   CHECK(strcmp(gradops_status_string(GRADOPS_DEVICE_ERROR), "device_error") == 0);
   CHECK(strcmp(gradops_status_string(GRADOPS_INTERNAL), "internal") == 0);
+  /* Values outside the enum: the library must not read them as its C++ enum (UBSan's enum check). */
   CHECK(strcmp(gradops_status_string((gradops_status)42), "unknown") == 0);
+  CHECK(strcmp(gradops_status_string((gradops_status)-1), "unknown") == 0);
   CHECK(strcmp(gradops_dtype_name(GRADOPS_DTYPE_BF16), "bf16") == 0);
   CHECK(strcmp(gradops_dtype_name(-1), "unknown") == 0);
 }

@@ -231,7 +231,7 @@ struct Dev {
       : t(type), shape(std::move(s)), buf(std::make_unique<DeviceBuffer>(bytes() + 16)) {
     std::vector<std::byte> host(bytes());
     for (int64_t i = 0; i < count_of(shape); ++i)
-      encode(t, values ? (*values)[static_cast<std::size_t>(i)] : std::nan(""), host.data() + i * dtype_size(t));
+      check::store(t, host.data() + i * dtype_size(t), values ? (*values)[static_cast<std::size_t>(i)] : std::nan(""));
     EXPECT_EQ(cudaMemcpy(buf->base, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
   }
   std::size_t bytes() const { return static_cast<std::size_t>(count_of(shape)) * dtype_size(t); }

@@ -103,10 +103,14 @@ int list_main(std::span<char* const> args) {
   Selection sel;
   if (!sel.parse(op_values, {}, &error)) return usage_error("list", error);
 
-  int gradients = 0, forwards = 0;
-  for (const OpSchema& op : op_schemas()) (op.gradient ? gradients : forwards)++;
-  std::printf("gradops %s: %d operators (%d gradients, %d forward companions)\n", GRADOPS_VERSION,
-              gradients + forwards, gradients, forwards);
+  // gradops' own operators (the BatchNorm split) are counted apart: they are halves of ORT's
+  // operators, not gradients or forwards of their own.
+  int gradients = 0, forwards = 0, own = 0;
+  for (const OpSchema& op : op_schemas())
+    (op.origin == OpOrigin::gradops ? own : op.gradient ? gradients : forwards)++;
+  std::printf("gradops %s: %d operators (%d gradients, %d forward companions, %d of gradops' own)\n",
+              GRADOPS_VERSION, gradients + forwards + own, gradients, forwards, own);
+  forwards += own;
   for (DeviceType device : {DeviceType::cpu, DeviceType::cuda}) {
     int ops = 0;
     for (const OpSchema& op : op_schemas()) ops += supports(op.id, device);
@@ -119,12 +123,16 @@ int list_main(std::span<char* const> args) {
 #endif
     );
   }
-  bool first_forward = true;
+  bool first_forward = true, first_own = true;
   for (const OpSchema& op : op_schemas()) {
     if (!sel.op_selected(op)) continue;
     if (!op.gradient && first_forward && sel.ops.empty()) {
       std::printf("\n---- forward companions ----\n");
       first_forward = false;
+    }
+    if (op.origin == OpOrigin::gradops && first_own && sel.ops.empty()) {
+      std::printf("\n---- gradops' own: the BatchNorm split for data-parallel callers ----\n");
+      first_own = false;
     }
     std::printf("\n");
     print_op(op);

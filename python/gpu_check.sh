@@ -44,7 +44,7 @@ else
 fi
 
 if [ -n "$exporter" ]; then
-  "$exporter" "$out/oracle_cases.json" && export GRADOPS_ORACLE_JSON="$PWD/$out/oracle_cases.json"
+  "$exporter" "$out/oracle_cases.json" && export GRADOPS_ORACLE_JSON="$(realpath "$out/oracle_cases.json")"
 fi
 
 step "pytest"

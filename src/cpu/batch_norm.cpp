@@ -43,8 +43,10 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -94,9 +96,20 @@ struct Job : ::gradops::detail::BatchNormShape {
   float epsilon = 0;
   float momentum = 0;
   // the split
-  double* sums_out = nullptr;       // Mode::reduce
-  const double* sums_in = nullptr;  // Mode::apply
+  // f64 values at any byte address (the C ABI allows any base alignment): read and written through
+  // load_sum and store_sum, never as double lvalues.
+  void* sums_out = nullptr;        // Mode::reduce
+  const void* sums_in = nullptr;   // Mode::apply
 };
+
+inline double load_sum(const void* sums, int64_t i) {
+  double v;
+  std::memcpy(&v, static_cast<const std::byte*>(sums) + i * sizeof(double), sizeof v);
+  return v;
+}
+inline void store_sum(void* sums, int64_t i, double v) {
+  std::memcpy(static_cast<std::byte*>(sums) + i * sizeof(double), &v, sizeof v);
+}
 }  // namespace gradops::cpu::batch_norm
 #endif
 
@@ -291,15 +304,15 @@ class Kernel {
     }
 
     if (mode == Mode::apply) {  // the sums are given: finish, then the elementwise pass
-      const double* sums = d_.sums_in;
-      for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, sums[ch], sums[c + ch], sums[2 * c]);
+      const void* sums = d_.sums_in;
+      const double count = batch_norm::load_sum(sums, 2 * c);
+      for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, batch_norm::load_sum(sums, ch), batch_norm::load_sum(sums, c + ch), count);
       if (p_.count > 0) write_all();
       return {};
     }
     if (p_.count == 0) {  // no values: empty sums, nothing to write
       if (mode == Mode::reduce) {
-        std::fill(d_.sums_out, d_.sums_out + 2 * c, 0.0);
-        d_.sums_out[2 * c] = 0;
+        for (int64_t i = 0; i <= 2 * c; ++i) batch_norm::store_sum(d_.sums_out, i, 0.0);
       } else {
         for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, 0, 0, 0);
       }
@@ -319,10 +332,10 @@ class Kernel {
     if (mode == Mode::reduce) {
       for (int64_t ch = 0; ch < c; ++ch) {
         const auto [s1, s2] = channel_sums(ch);
-        d_.sums_out[ch] = s1;
-        d_.sums_out[c + ch] = s2;
+        batch_norm::store_sum(d_.sums_out, ch, s1);
+        batch_norm::store_sum(d_.sums_out, c + ch, s2);
       }
-      d_.sums_out[2 * c] = static_cast<double>(p_.count);
+      batch_norm::store_sum(d_.sums_out, 2 * c, static_cast<double>(p_.count));
       return {};
     }
     // ---- finish, apply ----
@@ -394,7 +407,7 @@ class Kernel {
       }
     };
     FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step, [](V<D> u, V<D>) HWY_ATTR { return u; },
-                               out_ + off_w, nw, value);
+                               out_ ? out_ + off_w : nullptr, nw, value);
   }
 
   // Planes form. Sums the nr values at off_r (kSweep 1: grad *s1 = Σ dY, *s2 = Σ dY·(x - mu),
@@ -455,7 +468,7 @@ class Kernel {
     };
     const auto total = FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step,
                                                   [](V<D> u, V<D> v) HWY_ATTR { return hn::Add(u, v); },
-                                                  out_ + off_w, nw, value);
+                                                  out_ ? out_ + off_w : nullptr, nw, value);
     if constexpr (kSweep > 0) {
       const auto plus = [](A u, A v) { return u + v; };
       *s1 = ReduceLanes(d, total, plus);
@@ -856,7 +869,7 @@ Status run_job(const batch_norm::Job& job, const Context& ctx) {
   if (job.c == 0) {  // no channels: every output is empty but the sums' count
     // (n·spatial in f64: with no channels the other dims may multiply past int64)
     if (job.mode == batch_norm::Mode::reduce)
-      job.sums_out[0] = static_cast<double>(job.n) * static_cast<double>(job.spatial);
+      batch_norm::store_sum(job.sums_out, 0, static_cast<double>(job.n) * static_cast<double>(job.spatial));
     return {};
   }
   apply_simd_target_from_environment();

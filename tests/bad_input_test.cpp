@@ -138,7 +138,8 @@ class BadInput : public ::testing::TestWithParam<std::string> {
   std::optional<DType> invalid_dtype(Target t) const {
     const int tv = schema(t).type_var;
     bool shared = false;
-    std::array<int, 3> var{-1, -1, -1};
+    std::array<int, std::tuple_size_v<decltype(TypeSignature::types)>> var;
+    var.fill(-1);
     for (Target u : targets()) {
       const ArgSpec& a = u.output ? valid_.out[u.index] : valid_.in[u.index];
       const int v = (u.output ? op_->outputs[u.index] : op_->inputs[u.index]).type_var;

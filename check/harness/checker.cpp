@@ -1,18 +1,37 @@
 #include "harness/checker.hpp"
 #include "harness/host_tensor.hpp"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 
 namespace gradops::check {
+
+void FreeHost::operator()(std::byte* p) const noexcept { std::free(p); }
+
+HostBytes allocate_host(std::size_t bytes) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t align = bytes >= kHuge ? kHuge : 64, size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(align, size));
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (align == kHuge) madvise(p, size, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+#endif
+  std::memset(p, 0, size);
+  return HostBytes(p);
+}
+
 namespace {
 
 // Host storage for one tensor: 64-byte aligned base, optionally offset by one element; mirrored on
 // the device when the problem runs on one.
 struct Buffer {
-  std::vector<std::byte> bytes;
+  HostBytes bytes;
   std::size_t offset = 0;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
@@ -22,8 +41,8 @@ struct Buffer {
   Buffer(DType t, std::vector<int64_t> s, bool misaligned, int misalign_bytes, const DeviceMemory* d)
       : dtype(t), shape(std::move(s)), dev(d) {
     const std::size_t es = dtype_size(t), extra = es + static_cast<std::size_t>(misalign_bytes % 64);
-    bytes.resize(nbytes() + 64 + extra);
-    const auto base = reinterpret_cast<uintptr_t>(bytes.data());
+    bytes = allocate_host(nbytes() + 64 + extra);
+    const auto base = reinterpret_cast<uintptr_t>(bytes.get());
     offset = ((64 - base % 64) % 64) + (misaligned ? es : 0) + static_cast<std::size_t>(misalign_bytes % 64);
     if (dev) dev_base = static_cast<std::byte*>(dev->allocate(nbytes() + 64 + extra));
   }
@@ -39,7 +58,7 @@ struct Buffer {
     return n;
   }
   std::size_t nbytes() const { return static_cast<std::size_t>(count()) * dtype_size(dtype); }
-  std::byte* host() { return bytes.data() + offset; }
+  std::byte* host() { return bytes.get() + offset; }
   // Device allocations are aligned at least as strongly as the host's 64 bytes; keep the offset's
   // misalignment part only.
   void* device_ptr() { return dev ? dev_base + offset % 64 : host(); }
@@ -182,7 +201,7 @@ std::unique_ptr<Case> Case::tiled(const Problem& p, const Case& checked) {
     const Buffer& from = *c.in_buf[i];
     auto& b = m.in_buf[i] = std::make_unique<Buffer>(from.dtype, shape_at(i), false, 0, dev);
     const std::size_t n = b->nbytes(), period = from.nbytes();
-    const std::byte* src = from.bytes.data() + from.offset;
+    const std::byte* src = from.bytes.get() + from.offset;
     for (std::size_t at = 0; period && at < n; at += period) std::memcpy(b->host() + at, src, std::min(period, n - at));
     b->upload();
     m.in_view[i] = b->view(p.device);

@@ -53,6 +53,17 @@ struct Report {
   std::vector<std::vector<double>> outputs;  // actual outputs, as double, for invariance tests
 };
 
+// Zeroed host memory for tensors, 64-byte aligned. Blocks of 2 MiB and more are aligned to 2 MiB
+// and advised as transparent huge pages: a fresh 4 KiB page costs a page fault at first touch,
+// which on virtual machines runs at ~0.3 GB/s, so gigabyte working sets took seconds each to
+// set up; with huge pages they take a tenth of a second. The copy reference of `gradops bench`
+// uses the same memory, so kernels and copy see the same pages. Throws std::bad_alloc.
+struct FreeHost {
+  void operator()(std::byte* p) const noexcept;
+};
+using HostBytes = std::unique_ptr<std::byte[], FreeHost>;
+HostBytes allocate_host(std::size_t bytes);
+
 // Memory on a device other than the CPU (the CUDA backend's tests provide one); nullptr if none.
 struct DeviceMemory {
   void* (*allocate)(std::size_t bytes);

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "memory_loops.hpp"
 
 namespace gradops::cli {
 namespace {
@@ -29,9 +32,6 @@ namespace {
 // kCpuMinBytes): the data then streams from memory, which is what the copy reference measures.
 constexpr int64_t kCpuCacheMultiple = 2;
 constexpr int64_t kCpuMinBytes = int64_t{256} << 20;
-// A copy sample is taken before the cases, after them, and between cases whenever this long has
-// passed since the last one: the reference's spread over the run is printed with the results.
-constexpr double kCopyEverySeconds = 60;
 // A CPU case larger than this is checked against the oracle at fewer rows (the same op, dtypes,
 // attributes and columns, within this working set), then timed at its own size on those inputs
 // repeated along the rows: the float64 oracle is single-threaded and needs several times the
@@ -209,11 +209,11 @@ Machine machine_info() {
 }
 
 struct Copy {
-  int64_t buffer_bytes = 0;  // copied per run; read + write bytes are twice this
-  double median_us = NAN;
-  std::string method;  // which copy was faster: "memcpy" or "copy loop"
-  double gbps = NAN;  // (read + write bytes) / median time
-  double gbps_end = NAN;  // measured again after the cases: a drifting machine shows here
+  int64_t buffer_bytes = 0;  // the size of each of the two buffers
+  double median_us = NAN;    // one run of the fastest loop
+  std::string method;  // the fastest loop: "memcpy", "copy loop", "streaming copy loop" or "streaming add"
+  double gbps = NAN;  // (read + write bytes) / median time, the run's first measurement of every loop
+  double gbps_end = NAN;  // every loop measured again after the cases: a drifting machine shows here
   std::vector<double> samples_gbps;  // every measurement of the run, in order (the first is gbps)
 };
 
@@ -224,63 +224,89 @@ double median(std::vector<double> v) {
   return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// A plain copy loop: glibc's memcpy of gigabytes takes `rep movsb` or non-temporal stores, which
-// on some machines (virtual ones especially) run well below what ordinary vector stores reach, so
-// a kernel reading two streams and writing one would read as faster than "copy". GCC would turn the
-// loop back into a memcpy call; the attribute keeps it a loop.
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-tree-loop-distribute-patterns")))
-#endif
-void copy_loop(uint64_t* __restrict dst, const uint64_t* __restrict src, int64_t words) {
-#if defined(__clang__)
-#pragma clang loop vectorize(enable)
-#endif
-  for (int64_t i = 0; i < words; ++i) dst[i] = src[i];
-}
+// The copy reference: disjoint chunks handled by `threads` OpenMP threads, the way gradops splits
+// its work, by four loops (memory_loops.cpp): glibc's memcpy (whose `rep movsb` runs well below
+// vector stores on some virtual machines), a vector copy loop, the same with streaming stores, and
+// a streaming add (c = a + b on 64-bit integers, two reads per write: the stream mix of most
+// gradient ops, which outruns any copy where reads cost less than writes). The buffers live for the
+// run, in the memory the cases' tensors get (huge pages where the OS has them).
+class CopyReference {
+ public:
+  enum Method { kMemcpy, kLoop, kStream, kAdd };
 
-// The copy reference: disjoint chunks copied by `threads` OpenMP threads, the way gradops splits its
-// work, with memcpy and with the copy loop; the faster median of `repeats` runs (after a warm-up)
-// counts. Pages are first touched by the thread that copies them.
-Copy measure_copy(int threads, int64_t bytes, int repeats) {
-  constexpr int64_t kPage = 4096;
-  bytes = (bytes + kPage - 1) / kPage * kPage;
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> src(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
-  std::unique_ptr<std::byte, Free> dst(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
-  Copy c;
-  if (!src || !dst) return c;
-  auto bound = [&](int64_t t, int64_t nt) { return t == nt ? bytes : bytes / kPage * t / nt * kPage; };
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    std::memset(src.get() + bound(t, nt), 1, bound(t + 1, nt) - bound(t, nt));
-    std::memset(dst.get() + bound(t, nt), 0, bound(t + 1, nt) - bound(t, nt));
+  CopyReference(int threads, int64_t bytes) : threads_(threads) {
+    constexpr int64_t kPage = 4096;
+    bytes_ = (bytes + 2 * kPage - 1) / (2 * kPage) * (2 * kPage);
+    try {
+      src_ = check::allocate_host(bytes_), dst_ = check::allocate_host(bytes_);
+    } catch (const std::bad_alloc&) {
+      src_.reset(), dst_.reset();
+      return;
+    }
+#pragma omp parallel num_threads(threads_)
+    {  // each thread touches the pages it will copy
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      std::memset(src_.get() + bound(t, nt), 1, bound(t + 1, nt) - bound(t, nt));
+      std::memset(dst_.get() + bound(t, nt), 0, bound(t + 1, nt) - bound(t, nt));
+    }
   }
-  c.buffer_bytes = bytes;
-  for (const bool loop : {false, true}) {
+  bool ok() const { return src_ != nullptr; }
+  int64_t buffer_bytes() const { return bytes_; }
+
+  // Every loop, `repeats` runs each after a warm-up: the fastest median (read + write GB/s) is the
+  // result, and its loop is the one `sample` times from then on.
+  Copy measure_all(int repeats) {
+    Copy c;
+    c.buffer_bytes = bytes_;
+    for (const Method m : {kMemcpy, kLoop, kStream, kAdd}) {
+      const double gbps = time(m, repeats);
+      if (!(gbps <= c.gbps)) c.gbps = gbps, c.median_us = moved(m) / (gbps * 1e3), method_ = m;
+    }
+    c.method = name(method_);
+    return c;
+  }
+  // One run of the chosen loop, in seconds, and the bandwidth of a median of such runs: the samples
+  // interleaved with each case's runs.
+  double run_once() { return run(method_); }
+  double gbps(double seconds) const { return moved(method_) / (seconds * 1e9); }
+
+ private:
+  static const char* name(Method m) {
+    return m == kMemcpy ? "memcpy" : m == kLoop ? "copy loop" : m == kStream ? "streaming copy loop" : "streaming add";
+  }
+  double moved(Method m) const { return (m == kAdd ? 1.5 : 2.0) * static_cast<double>(bytes_); }  // read + write
+  int64_t bound(int64_t t, int64_t nt) const { return t == nt ? bytes_ : bytes_ / 4096 * t / nt * 4096; }
+  double time(Method m, int repeats) {
     std::vector<double> seconds;
     for (int r = 0; r <= repeats; ++r) {  // the first is a warm-up
-      const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
-      {
-        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-        std::byte* d = dst.get() + bound(t, nt);
-        const std::byte* s = src.get() + bound(t, nt);
-        const int64_t n = bound(t + 1, nt) - bound(t, nt);
-        if (loop) copy_loop(reinterpret_cast<uint64_t*>(d), reinterpret_cast<const uint64_t*>(s), n / 8);
-        else std::memcpy(d, s, n);
-      }
-      const auto t1 = std::chrono::steady_clock::now();
-      if (r) seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+      const double t = run(m);
+      if (r) seconds.push_back(t);
     }
-    const double us = median(seconds) * 1e6;
-    if (!(us >= c.median_us)) c.median_us = us, c.method = loop ? "copy loop" : "memcpy";
+    return moved(m) / (median(seconds) * 1e9);
   }
-  c.gbps = 2.0 * static_cast<double>(bytes) / (c.median_us * 1e3);
-  return c;
-}
+  double run(Method m) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads_)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      std::byte* d = dst_.get() + bound(t, nt);
+      const std::byte* s = src_.get() + bound(t, nt);
+      const int64_t n = bound(t + 1, nt) - bound(t, nt);
+      auto* dw = reinterpret_cast<uint64_t*>(d);
+      const auto* sw = reinterpret_cast<const uint64_t*>(s);
+      if (m == kLoop) copy_loop(dw, sw, n / 8);
+      else if (m == kStream) stream_copy(dw, sw, n / 8);
+      else if (m == kAdd) stream_add(dw, sw, sw + n / 16, n / 16);  // the chunk's halves in, half out
+      else std::memcpy(d, s, n);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  int threads_;
+  int64_t bytes_ = 0;
+  check::HostBytes src_, dst_;
+  Method method_ = kMemcpy;
+};
 
 // ---- one case -----------------------------------------------------------------------------------
 
@@ -309,7 +335,8 @@ struct Timing {
   Status status;
 };
 
-Timing time_case(check::Case& c, Device device, int64_t fixed_repeats, bool quick) {
+// `between`, where given, runs after each timed run, outside the timing.
+Timing time_case(check::Case& c, Device device, int64_t fixed_repeats, bool quick, const std::function<void()>& between) {
   const check::DeviceMemory* dev = device.type == DeviceType::cpu ? nullptr : check::device_memory(device.type);
   auto sync = [&] {
     if (dev) dev->synchronize();
@@ -332,6 +359,7 @@ Timing time_case(check::Case& c, Device device, int64_t fixed_repeats, bool quic
     if (!t.status) return t;
     s.push_back(std::chrono::duration<double>(t1 - t0).count());
     total += s.back();
+    if (between) between();
   }
   t.median_s = median(s);
   t.min_s = *std::min_element(s.begin(), s.end());
@@ -409,7 +437,7 @@ bool write_json(const std::string& path, const RunInfo& run, const Copy& copy, c
     json samples = json::array();
     for (double g : copy.samples_gbps) samples.push_back(json_number(g));
     const auto [lo, hi] = std::minmax_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
-    j["copy"] = {{"method", "OpenMP " + copy.method + " of disjoint chunks (the faster of memcpy and a copy loop)"},
+    j["copy"] = {{"method", "OpenMP " + copy.method + " of disjoint chunks (the fastest of memcpy, two copy loops and a streaming add)"},
                  {"threads", run.threads},
                  {"buffer_bytes", copy.buffer_bytes},
                  {"median_us", json_number(copy.median_us)},
@@ -478,7 +506,7 @@ int bench_main(std::span<char* const> args) {
       "rows of every suite case are sized so that its working set is at least twice the last-level\n"
       "cache (and 256 MiB). A case that fails its check is reported as such, with no time. Reports the\n"
       "median time, GB/s under the bytes model (inputs read once, outputs written once) and the share\n"
-      "of a copy (the faster of memcpy and a copy loop) measured in the same run with the same\n"
+      "of a copy (the fastest of memcpy, two copy loops and a streaming add) measured in the same run with the same\n"
       "threads (sampled through the run; its spread is printed). Cases whose working set fits the last-level cache are marked cache and get\n"
       "no share. Exit status 1 if any case did not pass its check (including UNIMPLEMENTED and\n"
       "NO-ORACLE), or if the device cannot be used; 2 for a usage error, such as an attribute value\n"
@@ -608,24 +636,19 @@ int bench_main(std::span<char* const> args) {
   // cache), within an eighth of the memory.
   const int64_t copy_bytes = std::min<int64_t>(cpu_target / 2,
                                                std::max<int64_t>(machine.memory_bytes / 8, int64_t{64} << 20));
-  const int copy_repeats = quick ? 3 : 5;
-  auto last_copy = std::chrono::steady_clock::now();
-  auto sample_copy = [&] {
-    const Copy c = measure_copy(used_threads, copy_bytes, copy_repeats);
-    if (copy.samples_gbps.empty()) copy = c;  // the first sample is the run's headline reference
-    copy.samples_gbps.push_back(c.gbps);
-    last_copy = std::chrono::steady_clock::now();
-    // The highest sample so far is the reference: on a busy machine a copy of seconds is preempted
-    // more than a case's short runs, and a depressed reference would inflate every share.
-    return *std::max_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
-  };
+  std::optional<CopyReference> reference;
   double current_copy = NAN;
   if (device.type == DeviceType::cpu) {
     fmt::print(stderr, "measuring copy bandwidth (2 x {:.2f} GB)...\n", static_cast<double>(copy_bytes) / 1e9);
-    current_copy = sample_copy();
-    fmt::print("copy: {:.1f} GB/s read+write ({}, the faster of memcpy and a copy loop; OpenMP, {} threads, {:.2f} GB "
-               "buffers; sampled again every {:.0f} s)\n",
-               copy.gbps, copy.method, used_threads, static_cast<double>(copy.buffer_bytes) / 1e9, kCopyEverySeconds);
+    reference.emplace(used_threads, copy_bytes);
+    if (reference->ok()) {
+      copy = reference->measure_all(quick ? 3 : 5);
+      copy.samples_gbps.push_back(copy.gbps);
+      current_copy = copy.gbps;
+    }
+    fmt::print("copy: {:.1f} GB/s read+write ({}, the fastest of memcpy, two copy loops and a streaming add; OpenMP, "
+               "{} threads, 2 x {:.2f} GB; that loop runs again between each case's timed runs, and its median there is the case's reference)\n",
+               copy.gbps, copy.method, used_threads, static_cast<double>(copy.buffer_bytes) / 1e9);
     fmt::print("last-level cache {:.0f} MB: suite cases are sized to at least {:.2f} GB; smaller ones are marked "
                "cache and get no copy share\n",
                static_cast<double>(machine.llc_bytes) / 1e6, static_cast<double>(cpu_target) / 1e9);
@@ -674,9 +697,6 @@ int bench_main(std::span<char* const> args) {
     fmt::print(stderr, "{}[{}/{}] {} {} {} ({} so far{}){}", tty ? "\r\033[K" : "", i + 1, plan.size(), pl.label,
                r.dtype, pl.shape_label, duration_label(elapsed), eta, tty ? "" : "\n");
     std::fflush(stderr);
-    if (device.type == DeviceType::cpu && i > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_copy).count() > kCopyEverySeconds)
-      current_copy = sample_copy();
 
     Checked c = check_problem(pl.checked, true);
     r.checked_shape = pl.checked.shape;
@@ -702,7 +722,13 @@ int bench_main(std::span<char* const> args) {
     if (c.prepared) {
       r.bytes = c.prepared->bytes();
       if (Status s = c.prepared->implementation(&r.impl); !s) r.impl = "?";
-      const Timing t = time_case(*c.prepared, device, repeats, quick);
+      // The machine's bandwidth drifts by tens of percent within minutes on shared hosts: a run of
+      // the copy follows each timed run of the case, and the case's copy% is against their median.
+      std::vector<double> copy_s;
+      std::function<void()> between;
+      if (reference && reference->ok()) between = [&] { copy_s.push_back(reference->run_once()); };
+      const Timing t = time_case(*c.prepared, device, repeats, quick, between);
+      if (!copy_s.empty()) copy.samples_gbps.push_back(current_copy = reference->gbps(median(copy_s)));
       if (!t.status) {
         r.outcome = Outcome::error;
         r.detail = "while timing: " + t.status.to_string();
@@ -751,11 +777,10 @@ int bench_main(std::span<char* const> args) {
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (device.type == DeviceType::cpu) {
-    sample_copy();
-    copy.gbps_end = copy.samples_gbps.back();
+    if (reference && reference->ok()) copy.samples_gbps.push_back(copy.gbps_end = reference->measure_all(quick ? 3 : 5).gbps);
     const auto [lo, hi] = std::minmax_element(copy.samples_gbps.begin(), copy.samples_gbps.end());
     fmt::print("\ncopy over the run: {} samples, {:.1f} to {:.1f} GB/s (spread {:.0f}% of the lowest; first "
-               "{:.1f}, last {:.1f}); each case's copy% uses the highest sample taken before it\n",
+               "{:.1f}, last {:.1f}); each case's copy% uses the copy runs interleaved with its own\n",
                copy.samples_gbps.size(), *lo, *hi, 100 * (*hi / *lo - 1), copy.gbps, copy.gbps_end);
     if (marks_pass + marks_miss)
       fmt::print("targets (share of copy, docs/performance.md): {} cases pass, {} miss\n", marks_pass, marks_miss);

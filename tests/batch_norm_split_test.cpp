@@ -76,7 +76,7 @@ struct Batch {
   std::vector<int64_t> shape;
   bool last;
   int64_t c;
-  std::vector<Stored> in;  // the fused op's inputs
+  std::vector<HostTensor> in;  // the fused op's inputs
 };
 
 Batch make_batch(bool grad, const TypeSignature& sig, const std::vector<int64_t>& shape, bool last, uint64_t seed) {
@@ -96,10 +96,10 @@ Batch make_batch(bool grad, const TypeSignature& sig, const std::vector<int64_t>
   return b;
 }
 
-Status call(OpId id, std::vector<Stored*> in, std::vector<Stored*> out, std::vector<Attribute> attrs, int threads) {
+Status call(OpId id, std::vector<HostTensor*> in, std::vector<HostTensor*> out, std::vector<Attribute> attrs, int threads) {
   std::vector<TensorView> iv, ov;
-  for (Stored* s : in) iv.push_back(s->view());
-  for (Stored* s : out) ov.push_back(s->view());
+  for (HostTensor* s : in) iv.push_back(s->view());
+  for (HostTensor* s : out) ov.push_back(s->view());
   std::vector<const TensorView*> ip, op;
   for (auto& v : iv) ip.push_back(&v);
   for (auto& v : ov) op.push_back(&v);
@@ -109,16 +109,16 @@ Status call(OpId id, std::vector<Stored*> in, std::vector<Stored*> out, std::vec
 }
 
 // Outputs of the fused op or of its apply half: the X-shaped one, then the per-channel ones.
-std::vector<Stored> outputs_for(const Batch& b, const std::vector<int64_t>& shape) {
-  std::vector<Stored> o;
+std::vector<HostTensor> outputs_for(const Batch& b, const std::vector<int64_t>& shape) {
+  std::vector<HostTensor> o;
   o.emplace_back(b.sig.types[0], shape);
   const int channel_outs = b.grad ? 2 : 4;
   for (int i = 0; i < channel_outs; ++i) o.emplace_back(b.sig.types[b.grad ? 1 : 2], std::vector<int64_t>{b.c});
   return o;
 }
-std::vector<Stored*> ptrs(std::vector<Stored>& v) {
-  std::vector<Stored*> r;
-  for (Stored& s : v) r.push_back(&s);
+std::vector<HostTensor*> ptrs(std::vector<HostTensor>& v) {
+  std::vector<HostTensor*> r;
+  for (HostTensor& s : v) r.push_back(&s);
   return r;
 }
 
@@ -132,8 +132,8 @@ std::vector<Attribute> apply_attrs(const Batch& b) {
 }
 
 // The reduce half on (part of) the batch: `in` are the fused op's inputs for that part.
-Stored reduce(const Batch& b, std::vector<Stored>& in, int threads) {
-  Stored sums(DType::f64, std::vector<int64_t>{2 * b.c + 1});
+HostTensor reduce(const Batch& b, std::vector<HostTensor>& in, int threads) {
+  HostTensor sums(DType::f64, std::vector<int64_t>{2 * b.c + 1});
   for (int64_t i = 0; i < 2 * b.c + 1; ++i) sums.set(i, std::nan(""));  // poisoned
   const std::vector<Attribute> at = {{"channels_last", b.last ? 1.0 : 0.0}};
   const Status s = b.grad ? call(OpId::BatchNormGradReduce, {&in[0], &in[1], &in[3], &in[4]}, {&sums}, at, threads)
@@ -142,18 +142,18 @@ Stored reduce(const Batch& b, std::vector<Stored>& in, int threads) {
   return sums;
 }
 // The apply half on (part of) the batch with the given sums.
-std::vector<Stored> apply(const Batch& b, std::vector<Stored>& in, Stored& sums, const std::vector<int64_t>& shape,
+std::vector<HostTensor> apply(const Batch& b, std::vector<HostTensor>& in, HostTensor& sums, const std::vector<int64_t>& shape,
                           int threads) {
-  std::vector<Stored> out = outputs_for(b, shape);
-  std::vector<Stored*> ip = ptrs(in);
+  std::vector<HostTensor> out = outputs_for(b, shape);
+  std::vector<HostTensor*> ip = ptrs(in);
   ip.push_back(&sums);
   const Status s = call(b.grad ? OpId::BatchNormGradApply : OpId::BatchNormStatsApply, ip, ptrs(out), apply_attrs(b),
                         threads);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return out;
 }
-std::vector<Stored> fused(const Batch& b, std::vector<Stored>& in, int threads) {
-  std::vector<Stored> out = outputs_for(b, b.shape);
+std::vector<HostTensor> fused(const Batch& b, std::vector<HostTensor>& in, int threads) {
+  std::vector<HostTensor> out = outputs_for(b, b.shape);
   const Status s = call(b.grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal, ptrs(in), ptrs(out),
                         fused_attrs(b), threads);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
@@ -186,11 +186,11 @@ TEST(BatchNormSplit, ReduceThenApplyIsTheFusedOpBitwise) {
       for (const Shape& sh : kPaths)
         for (int threads : {1, 2, 3}) {
           Batch b = make_batch(grad, sig, sh.shape, sh.last, seed++);
-          std::vector<Stored> want = fused(b, b.in, threads);
-          Stored sums = reduce(b, b.in, threads);
+          std::vector<HostTensor> want = fused(b, b.in, threads);
+          HostTensor sums = reduce(b, b.in, threads);
           EXPECT_EQ(sums.get(2 * b.c), static_cast<double>(count_of(b.shape) / std::max<int64_t>(b.c, 1)))
               << what(b, threads) << " count";
-          std::vector<Stored> got = apply(b, b.in, sums, b.shape, threads);
+          std::vector<HostTensor> got = apply(b, b.in, sums, b.shape, threads);
           for (std::size_t o = 0; o < want.size(); ++o)
             EXPECT_TRUE(same_bits(want[o].values(), got[o].values())) << what(b, threads) << " output " << o;
         }
@@ -207,11 +207,11 @@ TEST(BatchNormSplit, SumsDoNotDependOnThreadCount) {
 }
 
 // Rows [r0, r1) of dim 0 of a stored tensor.
-Stored rows_of(const Stored& s, int64_t r0, int64_t r1) {
+HostTensor rows_of(const HostTensor& s, int64_t r0, int64_t r1) {
   std::vector<int64_t> shape = s.shape;
   const int64_t per = shape[0] ? count_of(shape) / shape[0] : 0;
   shape[0] = r1 - r0;
-  Stored out(s.t, shape);
+  HostTensor out(s.dtype, shape);
   for (int64_t i = 0; i < (r1 - r0) * per; ++i) out.set(i, s.get(r0 * per + i));
   return out;
 }
@@ -228,21 +228,21 @@ TEST(BatchNormSplit, HalvesWithSummedSumsMatchTheWholeBatch) {
       for (const Shape& sh : shapes) {
         Batch b = make_batch(grad, sig, sh.shape, sh.last, seed++);
         const int64_t n = b.shape[0], cut = n / 2;
-        std::vector<Stored> want = fused(b, b.in, 2);
+        std::vector<HostTensor> want = fused(b, b.in, 2);
         // Each participant holds its rows of X (and dY) and the shared per-channel tensors.
-        std::vector<Stored> part[2];
+        std::vector<HostTensor> part[2];
         for (int h = 0; h < 2; ++h)
           for (std::size_t i = 0; i < b.in.size(); ++i) {
             const bool batched = static_cast<int>(i) < (grad ? 2 : 1);
             part[h].push_back(batched ? rows_of(b.in[i], h ? cut : 0, h ? n : cut) : b.in[i]);
           }
-        Stored s0 = reduce(b, part[0], 2), s1 = reduce(b, part[1], 1);
-        Stored total(DType::f64, s0.shape);
+        HostTensor s0 = reduce(b, part[0], 2), s1 = reduce(b, part[1], 1);
+        HostTensor total(DType::f64, s0.shape);
         for (int64_t i = 0; i < 2 * b.c + 1; ++i) total.set(i, s0.get(i) + s1.get(i));
         ASSERT_EQ(total.get(2 * b.c), static_cast<double>(n * (count_of(b.shape) / n / b.c))) << what(b, 2);
         std::vector<int64_t> sh0 = b.shape, sh1 = b.shape;
         sh0[0] = cut, sh1[0] = n - cut;
-        std::vector<Stored> o0 = apply(b, part[0], total, sh0, 2), o1 = apply(b, part[1], total, sh1, 1);
+        std::vector<HostTensor> o0 = apply(b, part[0], total, sh0, 2), o1 = apply(b, part[1], total, sh1, 1);
 
         Problem p;
         p.op = grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal;
@@ -281,16 +281,16 @@ TEST(BatchNormSplit, HalvesAtATreeBoundaryAreBitwiseForTheForward) {
   for (const TypeSignature& sig : op_schema(OpId::BatchNormInternal).signatures)
     for (int64_t spatial : {1024, 2048}) {
       Batch b = make_batch(false, sig, {2, 6, spatial}, false, 90);
-      std::vector<Stored> want = fused(b, b.in, 1);
-      std::vector<Stored> part[2];
+      std::vector<HostTensor> want = fused(b, b.in, 1);
+      std::vector<HostTensor> part[2];
       for (int h = 0; h < 2; ++h)
         for (std::size_t i = 0; i < b.in.size(); ++i) part[h].push_back(i == 0 ? rows_of(b.in[0], h, h + 1) : b.in[i]);
-      Stored s0 = reduce(b, part[0], 1), s1 = reduce(b, part[1], 1);
-      Stored total(DType::f64, s0.shape);
+      HostTensor s0 = reduce(b, part[0], 1), s1 = reduce(b, part[1], 1);
+      HostTensor total(DType::f64, s0.shape);
       for (int64_t i = 0; i < 2 * b.c + 1; ++i) total.set(i, s0.get(i) + s1.get(i));
       std::vector<int64_t> one = b.shape;
       one[0] = 1;
-      std::vector<Stored> o0 = apply(b, part[0], total, one, 1), o1 = apply(b, part[1], total, one, 1);
+      std::vector<HostTensor> o0 = apply(b, part[0], total, one, 1), o1 = apply(b, part[1], total, one, 1);
       std::vector<double> y = o0[0].values(), y1 = o1[0].values();
       y.insert(y.end(), y1.begin(), y1.end());
       EXPECT_TRUE(same_bits(want[0].values(), y)) << what(b, 1) << " Y";
@@ -304,17 +304,17 @@ TEST(BatchNormSplit, HalvesAtATreeBoundaryAreBitwiseForTheForward) {
 TEST(BatchNormSplit, AnEmptyParticipantGetsTheGlobalResults) {
   for (bool grad : {true, false}) {
     Batch b = make_batch(grad, {{DType::f32, DType::f32, DType::f32}}, {4, 3, 5}, false, 61);
-    std::vector<Stored> want = fused(b, b.in, 1);
-    std::vector<Stored> empty;
+    std::vector<HostTensor> want = fused(b, b.in, 1);
+    std::vector<HostTensor> empty;
     for (std::size_t i = 0; i < b.in.size(); ++i)
       empty.push_back(static_cast<int>(i) < (grad ? 2 : 1) ? rows_of(b.in[i], 0, 0) : b.in[i]);
-    Stored s_empty = reduce(b, empty, 1), s_all = reduce(b, b.in, 1);
+    HostTensor s_empty = reduce(b, empty, 1), s_all = reduce(b, b.in, 1);
     for (int64_t i = 0; i < 2 * b.c + 1; ++i) EXPECT_EQ(s_empty.get(i), 0.0) << i;
-    Stored total(DType::f64, s_all.shape);
+    HostTensor total(DType::f64, s_all.shape);
     for (int64_t i = 0; i < 2 * b.c + 1; ++i) total.set(i, s_all.get(i) + s_empty.get(i));
     std::vector<int64_t> none = b.shape;
     none[0] = 0;
-    std::vector<Stored> got = apply(b, empty, total, none, 1);
+    std::vector<HostTensor> got = apply(b, empty, total, none, 1);
     for (std::size_t o = 1; o < want.size(); ++o)
       EXPECT_TRUE(same_bits(want[o].values(), got[o].values())) << (grad ? "grad" : "forward") << " output " << o;
   }
@@ -325,12 +325,12 @@ TEST(BatchNormSplit, AnEmptyParticipantGetsTheGlobalResults) {
 // 1000 ± 1 with K = 0 still gives the variance to f32 accuracy through the f64 sums.
 TEST(BatchNormSplit, ShiftFarFromTheMean) {
   const int64_t n = 64, c = 2, s = 50;
-  Stored x(DType::f32, std::vector<int64_t>{n, c, s}), k(DType::f32, std::vector<int64_t>{c});
+  HostTensor x(DType::f32, std::vector<int64_t>{n, c, s}), k(DType::f32, std::vector<int64_t>{c});
   oracle::Rng rng(5);
   std::uniform_real_distribution<double> u(-1, 1);
   for (int64_t i = 0; i < count_of(x.shape); ++i) x.set(i, static_cast<float>(1000 + u(rng)));
   k.set(0, 0), k.set(1, 0);
-  Stored sums(DType::f64, std::vector<int64_t>{2 * c + 1});
+  HostTensor sums(DType::f64, std::vector<int64_t>{2 * c + 1});
   ASSERT_TRUE(call(OpId::BatchNormStatsReduce, {&x, &k}, {&sums}, {}, 2).is_ok());
   for (int64_t ch = 0; ch < c; ++ch) {
     long double mean = 0, m2 = 0;
@@ -350,20 +350,20 @@ TEST(BatchNormSplit, ShiftFarFromTheMean) {
 
 TEST(BatchNormSplit, SumsOfTheWrongShapeAreRejectedAndNothingIsWritten) {
   Batch b = make_batch(true, {{DType::f32, DType::f32, DType::f32}}, {2, 4, 5}, false, 3);
-  Stored bad_sums(DType::f64, std::vector<int64_t>{8});  // 2·C + 1 = 9
-  std::vector<Stored> out = outputs_for(b, b.shape);
-  for (Stored& o : out)
+  HostTensor bad_sums(DType::f64, std::vector<int64_t>{8});  // 2·C + 1 = 9
+  std::vector<HostTensor> out = outputs_for(b, b.shape);
+  for (HostTensor& o : out)
     for (int64_t i = 0; i < count_of(o.shape); ++i) o.set(i, 7);
-  std::vector<Stored*> ip = ptrs(b.in);
+  std::vector<HostTensor*> ip = ptrs(b.in);
   ip.push_back(&bad_sums);
   const Status s = call(OpId::BatchNormGradApply, ip, ptrs(out), {}, 1);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("BatchNormGradApply"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'sums' has shape [8], expected [9]"), std::string::npos) << s.message();
-  for (Stored& o : out)
+  for (HostTensor& o : out)
     for (double v : o.values()) ASSERT_EQ(v, 7);
 
-  Stored sums_out(DType::f64, std::vector<int64_t>{4, 2});
+  HostTensor sums_out(DType::f64, std::vector<int64_t>{4, 2});
   for (int64_t i = 0; i < 8; ++i) sums_out.set(i, 7);
   const Status r = call(OpId::BatchNormStatsReduce, {&b.in[1], &b.in[3]}, {&sums_out}, {}, 1);
   ASSERT_FALSE(r.is_ok());
@@ -372,7 +372,7 @@ TEST(BatchNormSplit, SumsOfTheWrongShapeAreRejectedAndNothingIsWritten) {
   for (double v : sums_out.values()) ASSERT_EQ(v, 7);
 
   // The sums are f64 for every T: f32 sums are no signature.
-  Stored f32_sums(DType::f32, std::vector<int64_t>{9});
+  HostTensor f32_sums(DType::f32, std::vector<int64_t>{9});
   const Status t = call(OpId::BatchNormStatsReduce, {&b.in[1], &b.in[3]}, {&f32_sums}, {}, 1);
   ASSERT_FALSE(t.is_ok());
   EXPECT_NE(t.message().find("BatchNormStatsReduce"), std::string::npos) << t.message();

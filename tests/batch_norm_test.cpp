@@ -87,7 +87,7 @@ TEST(BatchNorm, RunningStatisticsInPlace) {
         std::vector<DType> types;
         for (int i = 0; i < 5; ++i) types.push_back(input_dtype(p, i));
         const oracle::Tensors in = oracle::make_inputs("BatchNormInternal", shape, attrs, types, rng);
-        Stored x(types[0], *in[0]), scale(types[1], *in[1]), b(types[2], *in[2]), mean(types[3], *in[3]),
+        HostTensor x(types[0], *in[0]), scale(types[1], *in[1]), b(types[2], *in[2]), mean(types[3], *in[3]),
             var(types[4], *in[4]), y(types[0], shape), smean(types[3], in[3]->shape), sistd(types[3], in[3]->shape);
         BatchNormTrainingArgs a;
         a.x = x.view(), a.scale = scale.view(), a.bias = b.view(), a.input_mean = mean.view(), a.input_var = var.view();
@@ -152,7 +152,7 @@ TEST(BatchNorm, LayoutsAgreeOnTransposedData) {
     oracle::Rng rng(p.seed);
     const std::vector<DType> types(5, DType::f32);
     const oracle::Tensors in = oracle::make_inputs(op_schema(id).name, nchw, attrs, types, rng);
-    std::vector<Stored> a, b;  // NCHW, NHWC
+    std::vector<HostTensor> a, b;  // NCHW, NHWC
     for (const auto& t : in) {
       a.emplace_back(DType::f32, *t);
       oracle::Tensor tt = *t;
@@ -161,9 +161,9 @@ TEST(BatchNorm, LayoutsAgreeOnTransposedData) {
     }
     const std::vector<std::vector<int64_t>> out_nchw = {nchw, {c}, {c}, {c}, {c}}, out_nhwc = {nhwc, {c}, {c}, {c}, {c}};
     const std::size_t outs = op_schema(id).outputs.size();
-    std::vector<Stored> oa, ob;
+    std::vector<HostTensor> oa, ob;
     for (std::size_t o = 0; o < outs; ++o) oa.emplace_back(DType::f32, out_nchw[o]), ob.emplace_back(DType::f32, out_nhwc[o]);
-    auto call = [&](std::vector<Stored>& ins, std::vector<Stored>& outv, bool last) {
+    auto call = [&](std::vector<HostTensor>& ins, std::vector<HostTensor>& outv, bool last) {
       std::vector<TensorView> iv, ov;
       for (auto& s : ins) iv.push_back(s.view());
       for (auto& s : outv) ov.push_back(s.view());
@@ -273,11 +273,11 @@ TEST(BatchNorm, GradIgnoresEpsilon) {
   oracle::Rng rng(41);
   const std::vector<DType> types(5, DType::f32);
   const oracle::Tensors in = oracle::make_inputs("BatchNormalizationGrad", shape, {{"epsilon", 1e-5}}, types, rng);
-  std::vector<Stored> ins;
+  std::vector<HostTensor> ins;
   for (const auto& t : in) ins.emplace_back(DType::f32, *t);
   std::vector<double> first;
   for (double eps : {1e-5, 0.5, 0.0}) {
-    Stored dx(DType::f32, shape), ds(DType::f32, {4}), db(DType::f32, {4});
+    HostTensor dx(DType::f32, shape), ds(DType::f32, {4}), db(DType::f32, {4});
     BatchNormGradArgs g;
     g.dy = ins[0].view(), g.x = ins[1].view(), g.scale = ins[2].view(), g.mean = ins[3].view(), g.inv_std = ins[4].view();
     g.dx = dx.view(), g.dscale = ds.view(), g.dbias = db.view();

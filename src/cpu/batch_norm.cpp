@@ -126,7 +126,6 @@ constexpr int64_t kMinWidth = 800;        // columns form: narrower rows are mer
 constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
-constexpr int64_t kGrain = 1 << 15;       // elements per thread below which work stays on one thread
 
 template <class D> using V = hn::Vec<D>;
 
@@ -219,20 +218,6 @@ Plan make_plan(const Job& d, int64_t lanes) {
   p.width = p.k * p.period;
   p.pieces = chunk_count(p.srows, kChain);
   return p;
-}
-
-// Splits [0, units) into `slots` contiguous ranges, one per thread, and runs f(u0, u1, slot);
-// non-temporal stores are flushed before a thread's work is handed back.
-template <class F>
-void ForEachSlot(int64_t units, int64_t slots, const Context& ctx, F&& f) {
-  parallel_for(slots, 1, ctx, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) f(units * s / slots, units * (s + 1) / slots, s);
-    hwy::FlushStream();
-  });
-}
-// Threads for `units` of work, each taking at least `grain` of them.
-int64_t slot_count(int64_t units, int64_t grain, const Context& ctx) {
-  return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1))));
 }
 
 // ---- the kernel ---------------------------------------------------------------------------------

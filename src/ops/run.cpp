@@ -77,19 +77,20 @@ Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
                             (known.empty() ? std::string("none") : known) + ")");
     }
     const AttrSchema& s = op.attributes[i];
-    const std::string who = "attribute '" + std::string(a.name) + "'";
-    if (given[i]) return invalid(c, who + " is given twice");
+    // Built only on failure: the success path of a small call should not allocate.
+    auto who = [&] { return "attribute '" + std::string(a.name) + "'"; };
+    if (given[i]) return invalid(c, who() + " is given twice");
     given[i] = true;
-    if (std::isnan(a.value)) return invalid(c, who + " is NaN, expected " + range_string(s) + " (" + std::string(s.doc) + ")");
+    if (std::isnan(a.value)) return invalid(c, who() + " is NaN, expected " + range_string(s) + " (" + std::string(s.doc) + ")");
     double v = a.value;
     if (s.type == AttrType::int64) {
       if (!(std::nearbyint(v) == v) || std::fabs(v) > 9.0e15)
-        return invalid(c, who + " must be an integer, got " + number_string(v));
+        return invalid(c, who() + " must be an integer, got " + number_string(v));
     } else {
       v = as_f32(v);  // FLOAT attributes are f32
     }
     if (!s.in_range(v) || std::isinf(v))
-      return invalid(c, who + " is " + number_string(a.value) +
+      return invalid(c, who() + " is " + number_string(a.value) +
                             (v != a.value && !std::isinf(v) ? " (" + number_string(v) + " as f32)" : std::string()) +
                             (std::isinf(v) && !std::isinf(a.value) ? " (infinite as f32)" : std::string()) +
                             ", expected " + range_string(s) + " (" + std::string(s.doc) + ")");
@@ -103,26 +104,26 @@ Status check_attributes(OpCall& c, std::span<const Attribute> attributes) {
 
 Status check_tensor(const OpCall& c, const char* role, std::string_view name, const TensorView& t,
                     bool shapes_only) {
-  const std::string who = std::string(role) + " '" + std::string(name) + "'";
+  auto who = [&] { return std::string(role) + " '" + std::string(name) + "'"; };  // only on failure
   if (t.rank < 0 || t.rank > kMaxRank)
-    return invalid(c, who + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
+    return invalid(c, who() + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
                           std::to_string(kMaxRank));
   if (static_cast<unsigned>(t.dtype) > static_cast<unsigned>(DType::bf16))
-    return invalid(c, who + " has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype)));
+    return invalid(c, who() + " has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype)));
   for (int d = 0; d < t.rank; ++d)
     if (t.dims[d] < 0)
-      return invalid(c, who + " has a negative dimension: shape " + shape_string(t.shape()));
+      return invalid(c, who() + " has a negative dimension: shape " + shape_string(t.shape()));
   if (t.nbytes() < 0)
-    return invalid(c, who + " with shape " + shape_string(t.shape()) +
+    return invalid(c, who() + " with shape " + shape_string(t.shape()) +
                           " has more elements than fit in 64-bit byte offsets");
   if (!shapes_only && t.data == nullptr && t.numel() > 0)
-    return invalid(c, who + " has null data but " + std::to_string(t.numel()) + " elements");
+    return invalid(c, who() + " has null data but " + std::to_string(t.numel()) + " elements");
   if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda)
-    return invalid(c, who + " has an unknown device type");
+    return invalid(c, who() + " has an unknown device type");
   if (t.device.type == DeviceType::cpu && t.device.index != 0)
-    return invalid(c, who + " is on cpu:" + std::to_string(t.device.index) + "; the CPU device index must be 0");
+    return invalid(c, who() + " is on cpu:" + std::to_string(t.device.index) + "; the CPU device index must be 0");
   if (t.device.type == DeviceType::cuda && t.device.index < 0)
-    return invalid(c, who + " is on cuda:" + std::to_string(t.device.index) +
+    return invalid(c, who() + " is on cuda:" + std::to_string(t.device.index) +
                           "; a CUDA device index must be >= 0");
   return {};
 }

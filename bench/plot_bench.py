@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Plot a `gradops bench --json FILE` result: each case's share of the same-run memcpy.
+"""Plot a `gradops bench --json FILE` result: each case's share of the same-run copy.
 
-Usage: bench/plot_bench.py out/bench.json [-o out/bench.png]
+Usage: bench/plot_bench.py out/bench.json [-o out/bench.png] [--markdown]
 
 One panel per op family; within a panel the bars are grouped by op, one bar per case (shape, layout,
 outputs), colored by dtype signature, with the shape written above the bar and a reference line at
 0.80 of the copy. Cases that did not pass their check have no time: they are marked with a red x.
 The title names the CPU, the threads and the copy bandwidth the shares are relative to. Needs
-matplotlib (the Agg backend: no display).
+matplotlib (the Agg backend: no display). --markdown also prints the run as a Markdown table (the one
+docs/performance.md shows).
 """
 import argparse
 import json
@@ -89,8 +90,9 @@ def title(run):
     unfinished = "" if run.get("complete", True) else ", unfinished"
     return (f"gradops {g.get('version', '')} bench ({run.get('suite', '?')} suite{unfinished}, {run.get('date', '')}): "
             f"{m.get('cpu', '?')}, {threads} thread{'s' if threads != 1 else ''} on {m.get('cores', '?')} cores\n"
-            f"share of a same-run memcpy: {copy['gbps']:.1f} GB/s read + write with the same threads "
-            f"(bytes model: inputs read once, outputs written once)")
+            f"share of the copy runs interleaved with each case's ({copy['method'].split(' of ')[0]}, "
+            f"{copy.get('min_gbps') or copy['gbps']:.0f}-{copy.get('max_gbps') or copy['gbps']:.0f} GB/s read + write "
+            f"over the run; bytes model: inputs read once, outputs written once)")
 
 
 def plot(run, path):
@@ -134,10 +136,10 @@ def plot(run, path):
         ax.set_ylim(0, top * 1.45)  # room for the shapes above the tallest bars
         ax.set_xticks(centers, [op for op, _ in ops], rotation=20, ha="right", fontsize=11)
         ax.tick_params(axis="y", labelsize=11)
-        ax.set_ylabel("share of memcpy", fontsize=12)
+        ax.set_ylabel("share of copy", fontsize=12)
         ax.set_title(fam, loc="left", fontsize=13)
         handles = [Patch(color=colors[d], label=d) for d in seen]
-        handles.append(Line2D([], [], color="red", ls="--", label=f"{REFERENCE:.2f} of memcpy"))
+        handles.append(Line2D([], [], color="red", ls="--", label=f"{REFERENCE:.2f} of copy"))
         if any(s is None for _, b in ops for _, _, s in b):
             handles.append(Line2D([], [], color="red", marker="x", ls="", label="did not pass its check"))
         ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1, 1), fontsize=11, ncol=len(handles),
@@ -146,10 +148,30 @@ def plot(run, path):
     fig.savefig(path, dpi=100)
 
 
+def markdown(run):
+    """The cases as a Markdown table, in the order of the run."""
+    rows = ["| op | dtype | shape | µs (median) | GB/s | copy GB/s | share of copy | target |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    most = {}
+    for c in run["cases"]:
+        most[c["op"]] = max(most.get(c["op"], 0), len(c["outputs"]))
+    for c in run["cases"]:
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)
+        share = "cache" if c.get("cache_resident") else fmt(c.get("fraction_of_copy"), ".2f")
+        target = c.get("mark") or "-"
+        if c.get("target_share") is not None:
+            target += f" {c['target_share']:.2f}"
+        status = "" if c["status"] == "pass" else f" ({c['status'].upper()})"
+        rows.append(f"| {c['op']}{status} | {c['dtype']} | {case_label(c, most[c['op']])} | {fmt(c.get('median_us'), '.0f')} "
+                    f"| {fmt(c.get('gbps'), '.1f')} | {fmt(c.get('copy_gbps'), '.1f')} | {share} | {target} |")
+    return "\n".join(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("json", help="the file written by `gradops bench --json`")
     ap.add_argument("-o", "--out", help="the PNG to write (default: the JSON's name with .png)")
+    ap.add_argument("--markdown", action="store_true", help="also print the cases as a Markdown table")
     args = ap.parse_args()
     with open(args.json) as f:
         run = json.load(f)
@@ -161,6 +183,8 @@ def main():
         sys.exit(f"plot_bench: {args.json} has no cases")
     if not run.get("complete", True):
         print(f"plot_bench: {args.json} is from a run that did not finish; plotting the cases it has")
+    if args.markdown:
+        print(markdown(run))
     out = args.out or os.path.splitext(args.json)[0] + ".png"
     try:
         plot(run, out)

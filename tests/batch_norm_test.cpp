@@ -240,6 +240,20 @@ TEST(BatchNorm, SingleValueAndEmptyBatches) {
     }
 }
 
+// epsilon 0 and channels of one value each: every (x - mean) * inv_std is 0 * inf, NaN as the
+// oracle says, in every signature and layout (the fuzzer found ±inf from the rounding of the mean).
+TEST(BatchNorm, NoSpreadAndEpsilonZeroGiveNaN) {
+  uint64_t seed = 61;
+  for (const TypeSignature& sig : op_schema(OpId::BatchNormInternal).signatures)
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 18}, {1, 4, 1}, {1, 1, 1, 1}})
+      for (bool last : {false, true}) {
+        Problem p = make_problem(OpId::BatchNormInternal, sig, shape, last, seed++);
+        p.attrs["epsilon"] = 0;
+        const Report r = run_case(p);
+        EXPECT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+      }
+}
+
 // A batch far from zero: the variance must come from deviations, not E[x²] - E[x]², which in f32
 // loses about u·mean²/var = 6e-8·1e6/0.33, a fifth of the value.
 TEST(BatchNorm, VarianceFarFromZero) {

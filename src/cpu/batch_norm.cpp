@@ -681,7 +681,10 @@ class Kernel {
       store_as(d_.t2, d_.running_mean, ch, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
       store_as(d_.t2, d_.running_var, ch, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
       mean_[ch] = static_cast<A>(mu);
-      ca_[ch] = static_cast<A>(istd * load_as<double>(d_.t1, d_.scale, ch));
+      // epsilon 0 and a channel without spread: every (x − mean)/0 is 0/0, NaN as the oracle says;
+      // rounding in mu = K + dev would otherwise leave ±inf where x − mean is not exactly 0.
+      ca_[ch] = var + eps == 0 ? std::numeric_limits<A>::quiet_NaN()
+                               : static_cast<A>(istd * load_as<double>(d_.t1, d_.scale, ch));
       cb_[ch] = load_as<A>(d_.t1, d_.bias, ch);
     }
   }

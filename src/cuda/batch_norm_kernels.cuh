@@ -378,7 +378,8 @@ __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double s
     store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(istd));
     store_dt(a.t2, a.running_mean, c, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
     store_dt(a.t2, a.running_var, c, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
-    cf[c] = static_cast<A>(istd * load_dt<double>(a.t1, a.scale, c));
+    // epsilon 0 and a channel without spread: (x − mean)/0 is 0/0, NaN (as on the CPU).
+    cf[c] = var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(istd * load_dt<double>(a.t1, a.scale, c));
     cf[a.c + c] = load_dt<A>(a.t1, a.bias, c);
     cf[2 * a.c + c] = A(0);
     cf[3 * a.c + c] = static_cast<A>(mu);

@@ -76,7 +76,8 @@ if ((tsan)); then
   cmake --build "$build" -j"$jobs" --target "${targets[@]}"
   ((build_only)) && exit 0
   archer=$(ls /usr/lib/llvm-14/lib/libarcher.so 2>/dev/null || true)
-  export OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  export OMP_TOOL_LIBRARIES="$archer"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
   "$build/tests/robustness_test" --gtest_filter='Concurrency.*'
   if ((tsan_all)); then
     for t in activation softmax layer_norm batch_norm; do

@@ -310,10 +310,15 @@ bool batch_norm_reference(std::string_view op, const Tensors& in, const Attrs& a
     rmean.v[ch] = static_cast<double>(m * static_cast<long double>(old_mean.v[ch]) + (1.0L - m) * st.mean[ch]);
     rvar.v[ch] = static_cast<double>(m * static_cast<long double>(old_var.v[ch]) + (1.0L - m) * unbiased);
   }
+  // A channel whose variance plus epsilon is 0 has no normalized value: without spread every x is
+  // the mean, and (x - mean)·inv_std is 0·inf, NaN, for every element. Said explicitly because the
+  // split's mean, recovered from f64 sums about a shift, can miss x by a rounding and give ±inf.
   for (int64_t e = 0; e < x.numel(); ++e) {
     const int64_t ch = l.channel(e);
-    y.v[e] = static_cast<double>((static_cast<long double>(x.v[e]) - st.mean[ch]) * sistd.v[ch] * scale.v[ch] +
-                                 b.v[ch]);
+    y.v[e] = static_cast<long double>(st.var[ch]) + eps == 0
+                 ? std::numeric_limits<double>::quiet_NaN()
+                 : static_cast<double>((static_cast<long double>(x.v[e]) - st.mean[ch]) * sistd.v[ch] * scale.v[ch] +
+                                       b.v[ch]);
   }
   out.push_back(std::move(y));
   out.push_back(std::move(rmean));

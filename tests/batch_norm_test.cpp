@@ -240,6 +240,40 @@ TEST(BatchNorm, SingleValueAndEmptyBatches) {
     }
 }
 
+// An empty batch whose other dims multiply past int64 (valid: it has no elements). The CPU kernel's
+// traffic estimate multiplied them (signed overflow under UBSan, found by the fuzzer); every op of
+// the family now returns OK with the running statistics passed through.
+TEST(BatchNorm, EmptyBatchWithHugeDims) {
+  const std::vector<int64_t> shape = {std::numeric_limits<int64_t>::max(), 13, 0};
+  for (bool grad : {false, true}) {
+    std::vector<float> ch(13, 0.5f), rm(13, 1.0f), rv(13, 2.0f), sm(13, NAN), si(13, NAN), ds(13, NAN), db(13, NAN);
+    float none = 0;
+    const TensorView big(&none, DType::f32, std::span<const int64_t>(shape));
+    if (!grad) {
+      BatchNormTrainingArgs a;
+      a.x = big, a.y = big;
+      a.scale = TensorView::of(ch.data(), {13}), a.bias = a.scale;
+      a.input_mean = TensorView::of(rm.data(), {13}), a.running_mean = a.input_mean;
+      a.input_var = TensorView::of(rv.data(), {13}), a.running_var = a.input_var;
+      a.saved_mean = TensorView::of(sm.data(), {13}), a.saved_inv_std = TensorView::of(si.data(), {13});
+      const Status st = batch_norm_training(a);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      EXPECT_EQ(rm[0], 1.0f);
+      EXPECT_EQ(rv[12], 2.0f);
+    } else {
+      BatchNormGradArgs g;
+      g.dy = big, g.x = big, g.dx = big;
+      g.scale = TensorView::of(ch.data(), {13}), g.mean = TensorView::of(rm.data(), {13});
+      g.inv_std = TensorView::of(rv.data(), {13});
+      g.dscale = TensorView::of(ds.data(), {13}), g.dbias = TensorView::of(db.data(), {13});
+      const Status st = batch_norm_grad(g);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      EXPECT_EQ(ds[0], 0.0f);
+      EXPECT_EQ(db[12], 0.0f);
+    }
+  }
+}
+
 // epsilon 0 and channels of one value each: every (x - mean) * inv_std is 0 * inf, NaN as the
 // oracle says, in every signature and layout (the fuzzer found ±inf from the rounding of the mean).
 TEST(BatchNorm, NoSpreadAndEpsilonZeroGiveNaN) {

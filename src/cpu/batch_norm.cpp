@@ -832,8 +832,13 @@ class Kernel {
 // the inputs have gone through the caches once already.
 template <class T>
 Status RunTyped(const Job& job, const Context& ctx) {
-  const int64_t tensors = job.grad ? 3 : 2;
-  const int64_t moved = tensors * job.n * job.c * job.spatial * static_cast<int64_t>(sizeof(T));
+  // An empty tensor's other dims may multiply past int64 ([2^63 - 1, 13, 0] is valid): count in
+  // f64, from 0 when any dim is.
+  const double tensors = job.grad ? 3 : 2;
+  const double moved = job.n == 0 || job.spatial == 0
+                           ? 0.0
+                           : tensors * static_cast<double>(job.n) * static_cast<double>(job.c) *
+                                 static_cast<double>(job.spatial) * sizeof(T);
   const bool stream = job.mode != Mode::reduce && moved >= stream_min_bytes();  // reduce writes no tensor
   if (job.grad) return stream ? Kernel<T, true, true>(job, ctx).run() : Kernel<T, true, false>(job, ctx).run();
   return stream ? Kernel<T, false, true>(job, ctx).run() : Kernel<T, false, false>(job, ctx).run();

@@ -90,9 +90,9 @@ def title(run):
     unfinished = "" if run.get("complete", True) else ", unfinished"
     return (f"gradops {g.get('version', '')} bench ({run.get('suite', '?')} suite{unfinished}, {run.get('date', '')}): "
             f"{m.get('cpu', '?')}, {threads} thread{'s' if threads != 1 else ''} on {m.get('cores', '?')} cores\n"
-            f"share of the copy runs interleaved with each case's ({copy['method'].split(' of ')[0]}, "
-            f"{copy.get('min_gbps') or copy['gbps']:.0f}-{copy.get('max_gbps') or copy['gbps']:.0f} GB/s read + write "
-            f"over the run; bytes model: inputs read once, outputs written once)")
+            f"share of copy: memory loops run between each case's own runs "
+            f"({copy.get('min_gbps') or copy['gbps']:.0f}-{copy.get('max_gbps') or copy['gbps']:.0f} GB/s read + write "
+            f"over the run)\nbytes model: inputs read once, outputs written once")
 
 
 def plot(run, path):

@@ -16,7 +16,7 @@ constexpr const char* kOverview =
     "  check   every operator and dtype signature against the float64 oracle on fresh random\n"
     "          inputs; PASS/FAIL table, exit status 1 on any failure\n"
     "  bench   check, then time, the default suite (or chosen ops and shapes); GB/s and the\n"
-    "          share of a same-run memcpy, optionally as JSON\n"
+    "          share of a same-run copy, optionally as JSON\n"
     "\n"
     "gradops <command> --help describes a command's options.\n"
     "exit status: 0 ok, 1 check failures, 2 usage errors.\n";

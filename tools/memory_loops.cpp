@@ -14,23 +14,25 @@ HWY_BEFORE_NAMESPACE();
 namespace gradops::cli::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Ordinary stores: the destination's lines are read into the cache before they are written.
-void CopyLoop(uint64_t* HWY_RESTRICT dst, const uint64_t* HWY_RESTRICT src, int64_t words) {
+// kStream: non-temporal stores, as gradops' elementwise kernels use on large outputs; otherwise
+// ordinary stores, which read each destination line into the cache before writing it.
+template <bool kStream>
+void Copy(uint64_t* HWY_RESTRICT dst, const uint64_t* HWY_RESTRICT src, int64_t words) {
   const hn::ScalableTag<uint64_t> d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + n <= words; i += n) hn::Store(hn::Load(d, src + i), d, dst + i);
+  for (; i + n <= words; i += n) {
+    if constexpr (kStream) hn::Stream(hn::Load(d, src + i), d, dst + i);
+    else hn::Store(hn::Load(d, src + i), d, dst + i);
+  }
   for (; i < words; ++i) dst[i] = src[i];
+  if constexpr (kStream) hwy::FlushStream();
 }
-
-// Non-temporal stores, as gradops' elementwise kernels use on large outputs.
+void CopyLoop(uint64_t* HWY_RESTRICT dst, const uint64_t* HWY_RESTRICT src, int64_t words) {
+  Copy<false>(dst, src, words);
+}
 void StreamCopy(uint64_t* HWY_RESTRICT dst, const uint64_t* HWY_RESTRICT src, int64_t words) {
-  const hn::ScalableTag<uint64_t> d;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + n <= words; i += n) hn::Stream(hn::Load(d, src + i), d, dst + i);
-  for (; i < words; ++i) dst[i] = src[i];
-  hwy::FlushStream();
+  Copy<true>(dst, src, words);
 }
 
 // c = a + b with non-temporal stores: two reads per write, the stream mix of most gradient ops.

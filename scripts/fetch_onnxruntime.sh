@@ -9,8 +9,31 @@
 # the package and of every file it keeps. Safe to run repeatedly: returns at once when the cache
 # is complete. To build against an ONNX Runtime you already have, skip this and configure with
 # -DGRADOPS_ORT_ROOT=<dir with include/ and lib/>.
+#
+#   scripts/fetch_onnxruntime.sh [--cuda [TARBALL]]
+#
+# --cuda also puts ONNX Runtime 1.29's CUDA execution provider next to the runtime
+# (lib/libonnxruntime_providers_cuda.so and lib/libonnxruntime_providers_shared.so, 229 MB, built
+# for CUDA 13; at run time it needs libcudart.so.13, libcublas.so.13, libcublasLt.so.13 and
+# libcurand.so.10 on the library path, e.g. PyTorch's nvidia/cu13/lib). It comes from the npm
+# package com.github.asus4.onnxruntime.linux-x64-gpu (179 MB), or from TARBALL, a copy of that
+# package's .tgz for a machine that reaches no registry; either way pinned by sha256. The CUDA
+# provider is a plugin: ORT's CPU runtime loads it with RegisterExecutionProviderLibrary
+# (docs/onnxruntime.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+cuda=0
+cuda_tarball=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cuda)
+      cuda=1
+      if [ $# -gt 1 ] && [ "${2#-}" = "$2" ]; then cuda_tarball="$2"; shift; fi ;;
+    *) echo "usage: scripts/fetch_onnxruntime.sh [--cuda [TARBALL]]" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 readonly package="com.github.asus4.onnxruntime"
 readonly version="0.4.9"  # ONNX Runtime 1.29.0, C API version 29
@@ -35,11 +58,56 @@ febf1052ee15e56ce136c41d028938d04b3e217bd4820dcafcb9bcd0f4f2c5ea $headers/onnxru
 5715f06d8992ca8eeeddcce43df3a7d38f97d537052126f558e912cb312460ca $runtime/libonnxruntime.so
 "
 
+readonly cuda_package="com.github.asus4.onnxruntime.linux-x64-gpu"
+readonly cuda_package_sha256="2b459e0c17f340c92970c10ed86de4f37a3009f93c14053e6ad4334cbb6be412"
+readonly cuda_files="
+56cf3254b118ad837ccc4ed8f6d1b23504bbf7ef91b34cbc0b289cb7f10b3037 $runtime/libonnxruntime_providers_cuda.so
+c6a12593396095f5670160e284c35d1700b7708cf3037b7042e2a5200ccae772 $runtime/libonnxruntime_providers_shared.so
+"
+
 readonly dest="third_party/onnxruntime"
 readonly stamp="$dest/PINNED"
 readonly stamp_text="$package@$version onnxruntime $ort_version sha256 $package_sha256"
+readonly cuda_stamp="$dest/PINNED_CUDA"
+readonly cuda_stamp_text="$cuda_package@$version onnxruntime $ort_version sha256 $cuda_package_sha256"
+
+# The CUDA provider into an existing cache: the package from npm or TARBALL, checked, then its two
+# libraries copied into lib/ (each through a temporary name, so a broken copy is never found).
+fetch_cuda() {
+  [ -f "$cuda_stamp" ] && [ "$(cat "$cuda_stamp")" = "$cuda_stamp_text" ] && return 0
+  local work tgz
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  if [ -n "$cuda_tarball" ]; then
+    tgz="$cuda_tarball"
+  else
+    command -v npm >/dev/null || { echo "fetch_onnxruntime: 'npm' is needed for --cuda without a TARBALL" >&2; return 1; }
+    echo "fetch_onnxruntime: downloading $cuda_package@$version (ONNX Runtime $ort_version's CUDA provider, 179 MB) through npm"
+    tgz="$(cd "$work" && npm pack --silent "$cuda_package@$version" 2>/dev/null | tail -n 1)"
+    [ -n "$tgz" ] && tgz="$work/$tgz"
+  fi
+  if [ -z "$tgz" ] || [ ! -f "$tgz" ]; then
+    echo "fetch_onnxruntime: no $cuda_package@$version package: is the npm registry reachable, or the TARBALL path right?" >&2
+    return 1
+  fi
+  echo "$cuda_package_sha256  $tgz" | sha256sum --check --quiet - ||
+    { echo "fetch_onnxruntime: $tgz is not the pinned $cuda_package@$version (sha256)" >&2; return 1; }
+  local paths=()
+  while read -r _ path; do [ -n "$path" ] && paths+=("package/$path"); done <<< "$cuda_files"
+  tar -xzf "$tgz" -C "$work" "${paths[@]}"
+  while read -r sum path; do
+    [ -n "$path" ] || continue
+    echo "$sum  $work/package/$path" | sha256sum --check --quiet - ||
+      { echo "fetch_onnxruntime: $path does not have the pinned sha256" >&2; return 1; }
+    cp "$work/package/$path" "$dest/lib/$(basename "$path").partial"
+    mv "$dest/lib/$(basename "$path").partial" "$dest/lib/$(basename "$path")"
+  done <<< "$cuda_files"
+  echo "$cuda_stamp_text" > "$cuda_stamp"
+  echo "fetch_onnxruntime: ONNX Runtime $ort_version's CUDA provider in $dest/lib"
+}
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ]; then
+  [ "$cuda" = 1 ] && fetch_cuda
   exit 0
 fi
 
@@ -89,3 +157,8 @@ echo "$stamp_text" > "$staging/PINNED"
 rm -rf "$dest"
 mv "$staging" "$dest"
 echo "fetch_onnxruntime: ONNX Runtime $ort_version in $dest"
+if [ "$cuda" = 1 ]; then
+  trap - EXIT
+  rm -rf "$work"
+  fetch_cuda
+fi

@@ -9,12 +9,13 @@
 // TensorViews, allocates the outputs, and calls gradops::run, which validates everything and
 // reports failures with the message that ORT then returns.
 //
-// Only the CPU execution provider is registered for now. The seam for the CUDA provider: register
-// each OrtCustomOp a second time with `get_provider` returning "CUDAExecutionProvider"; its
-// kernels set Context::cuda_stream from KernelContext_GetGPUComputeStream (in `compute`) and take
-// scratch from KernelContext_GetAllocator with a "Cuda" OrtMemoryInfo for the tensors' device
-// (made in `create_kernel`, where the CPU one is made now). Tensor devices already come from each
-// OrtValue's memory info, so nothing else changes.
+// Each (operator, signature) is registered for ONNX Runtime's CPU execution provider, and again
+// for its CUDA execution provider where this build of gradops has a CUDA kernel for it
+// (gradops::supports) and the runtime has a CUDA provider: built in (GetAvailableProviders), or a
+// plugin registered with the environment (GetEpDevices), as ORT 1.22 and newer allow. A CUDA kernel
+// receives device tensors, runs on the stream ORT gives it and takes scratch from ORT's allocator
+// for the tensors' device, so ORT neither copies around it nor waits for it. An operator without a
+// CUDA kernel has only its CPU registration, and ORT places that node on the CPU provider.
 #include <onnxruntime_c_api.h>
 
 #include <algorithm>
@@ -29,7 +30,9 @@
 #include <new>
 #include <span>
 #include <stdexcept>
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -139,6 +142,7 @@ struct Registration {
   OrtCustomOp ort;
   const OpSchema* op;
   TypeSignature sig;
+  bool cuda;      // for ORT's CUDA execution provider; otherwise its CPU one
   char name[48];  // NUL-terminated copy of op->name
 };
 static_assert(std::is_standard_layout_v<Registration>);
@@ -146,7 +150,10 @@ static_assert(std::is_standard_layout_v<Registration>);
 const Registration& reg_of(const OrtCustomOp* op) { return *reinterpret_cast<const Registration*>(op); }
 
 const char* ORT_API_CALL get_name(const OrtCustomOp* op) { return reg_of(op).name; }
-const char* ORT_API_CALL get_provider(const OrtCustomOp*) { return nullptr; }  // the CPU provider
+constexpr const char* kCudaProvider = "CUDAExecutionProvider";
+const char* ORT_API_CALL get_provider(const OrtCustomOp* op) {
+  return reg_of(op).cuda ? kCudaProvider : nullptr;  // nullptr: the CPU provider
+}
 size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return reg_of(op).op->inputs.size(); }
 size_t ORT_API_CALL output_count(const OrtCustomOp* op) { return reg_of(op).op->outputs.size(); }
 ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
@@ -173,9 +180,10 @@ int ORT_API_CALL variadic_homogeneity(const OrtCustomOp*) { return 1; }
 struct Kernel {
   const OrtApi* api;
   const OpSchema* op;
+  bool cuda;
   std::array<Attribute, kMaxAttrs> attrs;
   int num_attrs = 0;
-  OrtMemoryInfo* cpu_memory = nullptr;  // names ORT's CPU allocator, for scratch
+  OrtMemoryInfo* cpu_memory = nullptr;  // names ORT's CPU allocator, for scratch on the CPU
 };
 
 OrtStatus* error(const OrtApi* api, OrtErrorCode code, const std::string& message) {
@@ -221,6 +229,7 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* custom_op, const OrtApi
   auto k = std::make_unique<Kernel>();
   k->api = api;
   k->op = &op;
+  k->cuda = reg_of(custom_op).cuda;
   for (const AttrSchema& a : op.attributes) {
     bool found = false;
     double value = 0;
@@ -232,8 +241,10 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* custom_op, const OrtApi
                    std::string(op.name) + ": required attribute '" + std::string(a.name) + "' is missing");
     }
   }
-  // The CPU provider's allocator, for scratch (a CUDA registration would name its device's here).
-  if (OrtStatus* s = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &k->cpu_memory)) return s;
+  // The CPU provider's allocator, for scratch. A CUDA kernel names its tensors' device instead, at
+  // run time (ORT may give one kernel object tensors of any device it serves).
+  if (!k->cuda)
+    if (OrtStatus* s = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &k->cpu_memory)) return s;
   *out = k.release();
   return nullptr;
 } catch (const std::exception& e) {
@@ -327,12 +338,14 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
   std::array<TensorView, kMaxArgs> in_views{}, out_views{};
   std::array<const TensorView*, kMaxArgs> in{}, out{};
   size_t n_in = 0, n_out = 0;
+  const OrtValue* in_value0 = nullptr;
   if (OrtStatus* s = api->KernelContext_GetInputCount(ctx, &n_in)) return s;
   if (OrtStatus* s = api->KernelContext_GetOutputCount(ctx, &n_out)) return s;
   for (size_t i = 0; i < op.inputs.size() && i < n_in; ++i) {
     const OrtValue* v = nullptr;
     if (OrtStatus* s = api->KernelContext_GetInput(ctx, i, &v)) return s;
     if (!v) continue;  // an absent optional input
+    if (i == 0) in_value0 = v;
     if (OrtStatus* s = view_of(api, op, v, &in_views[i])) return s;
     in[i] = &in_views[i];
   }
@@ -352,10 +365,19 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
     out[o] = &out_views[o];
   }
 
-  Scratch scratch{api, ctx, k.cpu_memory};
+  // Scratch from ORT's allocator for the tensors' memory: for CUDA kernels, that of the first input
+  // (every operator's first input is required), whose device the call runs on. ORT's CUDA allocator
+  // hands back freed blocks only to work ordered after ours on the same stream, so the block may be
+  // returned while our kernels still use it, as ORT's own CUDA kernels do with theirs.
+  const OrtMemoryInfo* scratch_memory = k.cpu_memory;
+  if (k.cuda && in[0])
+    if (OrtStatus* s = api->GetTensorMemoryInfo(in_value0, &scratch_memory)) return s;
+  Scratch scratch{api, ctx, scratch_memory};
   const WorkspaceAllocator allocator{scratch_allocate, scratch_deallocate, &scratch};
-  Context context;  // threads: OpenMP's default; a CUDA registration would set cuda_stream here
+  Context context;  // CPU threads: OpenMP's default
   context.allocator = &allocator;
+  if (k.cuda)  // ORT's stream for this kernel: gradops enqueues on it and never waits for it
+    if (OrtStatus* s = api->KernelContext_GetGPUComputeStream(ctx, &context.cuda_stream)) return s;
 
   const Status st = run(op.name, std::span(in.data(), op.inputs.size()), std::span(out.data(), op.outputs.size()),
                         std::span(k.attrs.data(), static_cast<size_t>(k.num_attrs)), context);
@@ -384,7 +406,8 @@ bool selectable(const OpSchema& op, const TypeSignature& sig) {
   return true;
 }
 
-// Every (operator, signature) pair, built once; the addresses stay valid for the life of the
+// Every (operator, signature) pair for the CPU provider, and again for the CUDA provider where this
+// build has a CUDA kernel for it; built once, so the addresses stay valid for the life of the
 // process, as ORT requires of registered OrtCustomOps.
 const std::vector<Registration>& registrations() {
   static const std::vector<Registration> regs = [] {
@@ -434,6 +457,10 @@ const std::vector<Registration>& registrations() {
         c.GetAliasMap = no_pairs;  // ORT's Alias() means "must share"; gradops only allows it
         c.ReleaseAliasMap = release_pairs;
         r.push_back(g);
+        if (supports(op.id, sig, DeviceType::cuda)) {
+          g.cuda = true;
+          r.push_back(g);
+        }
       }
     }
     return r;
@@ -454,11 +481,68 @@ Domains& domains() {
   return d;
 }
 
-OrtStatus* register_all(OrtSessionOptions* options, const OrtApi* api) {
-  const std::vector<Registration>& regs = registrations();
+// GRADOPS_VERBOSE=onnxruntime (or =all) reports what the library registered, and why not for CUDA.
+bool verbose() {
+  const char* v = std::getenv("GRADOPS_VERBOSE");
+  return v && (std::strstr(v, "onnxruntime") || std::strcmp(v, "all") == 0);
+}
+
+// Whether the runtime has a CUDA execution provider: built in, or a plugin library registered with
+// the environment before this library is loaded. `why` says which, or why not.
+bool runtime_has_cuda(const OrtApiBase* api_base, std::string* why) {
+  const OrtApi* api = api_base->GetApi(kMinOrtApiVersion);
+  char** names = nullptr;
+  int count = 0;
+  if (succeeded(api, api->GetAvailableProviders(&names, &count))) {
+    const bool built_in = std::find_if(names, names + count, [](const char* n) {
+                            return std::strcmp(n, kCudaProvider) == 0;
+                          }) != names + count;
+    succeeded(api, api->ReleaseAvailableProviders(names, count));
+    if (built_in) {
+      *why = "built into ONNX Runtime";
+      return true;
+    }
+  }
+  // Plugin execution providers (GetEpDevices, C API 22). CreateEnv returns the process's existing
+  // environment, the one the plugin was registered with; ReleaseEnv only drops our reference.
+  const OrtApi* api22 = api_base->GetApi(22);
+  OrtEnv* env = nullptr;
+  if (!api22 || !succeeded(api22, api22->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "gradops", &env))) {
+    *why = "ONNX Runtime has no CUDA execution provider built in and predates plugin providers";
+    return false;
+  }
+  const OrtEpDevice* const* devices = nullptr;
+  size_t n = 0;
+  bool plugin = false;
+  if (succeeded(api22, api22->GetEpDevices(env, &devices, &n)))
+    for (size_t i = 0; i < n && !plugin; ++i) plugin = std::strcmp(api22->EpDevice_EpName(devices[i]), kCudaProvider) == 0;
+  api22->ReleaseEnv(env);
+  *why = plugin ? "a plugin execution provider with a device"
+                : "no CUDA execution provider: not built into ONNX Runtime, and no plugin with a device registered "
+                  "with the environment (RegisterExecutionProviderLibrary) before this library was loaded";
+  return plugin;
+}
+
+OrtStatus* register_all(OrtSessionOptions* options, const OrtApiBase* api_base, const OrtApi* api) {
+  // CUDA kernels are registered where this build has them and the runtime can run them; the
+  // environment variable GRADOPS_ORT_CUDA=0 keeps every gradops node on the CPU provider.
+  const std::vector<Registration>& all = registrations();
+  const bool built = std::any_of(all.begin(), all.end(), [](const Registration& r) { return r.cuda; });
+  const char* knob = std::getenv("GRADOPS_ORT_CUDA");
+  const bool disabled = knob && std::strcmp(knob, "0") == 0;
+  std::string why = !built ? "this build of gradops has no CUDA backend" : disabled ? "GRADOPS_ORT_CUDA=0" : "";
+  const bool cuda = built && !disabled && runtime_has_cuda(api_base, &why);
+  std::vector<const Registration*> regs;  // into the static list: ORT keeps the addresses
+  for (const Registration& r : all)
+    if (!r.cuda || cuda) regs.push_back(&r);
+  if (verbose()) {
+    const auto n_cuda = std::count_if(regs.begin(), regs.end(), [](const Registration* r) { return r->cuda; });
+    std::fprintf(stderr, "gradops: onnxruntime: %zu CPU kernels, %zd CUDA kernels (%s)\n",
+                 regs.size() - static_cast<size_t>(n_cuda), static_cast<ssize_t>(n_cuda), why.c_str());
+  }
   std::vector<std::string_view> names;  // one OrtCustomOpDomain per table domain
-  for (const Registration& r : regs)
-    if (std::find(names.begin(), names.end(), r.op->domain) == names.end()) names.push_back(r.op->domain);
+  for (const Registration* r : regs)
+    if (std::find(names.begin(), names.end(), r->op->domain) == names.end()) names.push_back(r->op->domain);
   for (std::string_view name : names) {
     OrtCustomOpDomain* domain = nullptr;
     if (OrtStatus* s = api->CreateCustomOpDomain(std::string(name).c_str(), &domain)) return s;
@@ -466,9 +550,9 @@ OrtStatus* register_all(OrtSessionOptions* options, const OrtApi* api) {
       std::lock_guard<std::mutex> lock(domains().mutex);
       domains().list.emplace_back(api, domain);
     }
-    for (const Registration& r : regs) {
-      if (r.op->domain != name) continue;
-      if (OrtStatus* s = api->CustomOpDomain_Add(domain, &r.ort)) return s;
+    for (const Registration* r : regs) {
+      if (r->op->domain != name) continue;
+      if (OrtStatus* s = api->CustomOpDomain_Add(domain, &r->ort)) return s;
     }
     if (OrtStatus* s = api->AddCustomOpDomain(options, domain)) return s;
   }
@@ -492,7 +576,7 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
     return api_base->GetApi(1)->CreateStatus(ORT_FAIL, message.c_str());
   }
   try {
-    return register_all(options, api);
+    return register_all(options, api_base, api);
   } catch (const std::exception& e) {
     return api->CreateStatus(ORT_FAIL, (std::string("libgradops_onnxruntime: ") + e.what()).c_str());
   }

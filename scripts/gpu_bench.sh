@@ -151,7 +151,7 @@ if ((onnxruntime)); then
     "$ort_build/$t" --gtest_brief=1 2>&1 | tee -a "$out/onnxruntime_test.log" || status=1
   done
   echo "gpu_bench.sh: the MLP backward graph on the CPU and CUDA providers"
-  "$ort_build/onnxruntime_graph_bench" 8192 1024 4096 20 "$out/onnxruntime_graph_bench.json" || status=1
+  "$ort_build/onnxruntime_graph_bench" 4096 1024 4096 10 "$out/onnxruntime_graph_bench.json" || status=1
 fi
 if ((run_bench)); then
   echo "gpu_bench.sh: benchmark"

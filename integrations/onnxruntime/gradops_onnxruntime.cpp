@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -34,6 +35,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gradops/ops.hpp"
@@ -259,46 +261,57 @@ void ORT_API_CALL destroy_kernel(void* p) {
 }
 
 // Scratch for gradops from ORT's allocator of the kernel's provider. gradops wants 64-byte
-// alignment, which ORT's allocators do not promise, so each block is over-allocated and the
-// pointer ORT returned is kept just below the aligned one.
+// alignment, which ORT's allocators do not promise, so each block is over-allocated; the pointer ORT
+// returned is remembered here, on the host (the block may be device memory, which the host must not
+// touch).
 struct Scratch {
   const OrtApi* api;
   OrtKernelContext* ctx;
   const OrtMemoryInfo* memory;
   OrtAllocator* allocator = nullptr;  // fetched on first use; most calls need no scratch
+  std::vector<std::pair<void*, void*>> blocks;  // (aligned, as ORT returned it)
 
   ~Scratch() {
+    for (const auto& b : blocks) succeeded(api, api->AllocatorFree(allocator, b.second));
     if (allocator) api->ReleaseAllocator(allocator);
   }
 };
 
 constexpr std::size_t kAlign = 64;
 
-void* scratch_allocate(void* user, Device, std::size_t bytes) {
+void* scratch_allocate(void* user, Device, std::size_t bytes) try {
   auto* s = static_cast<Scratch*>(user);
   if (!s->allocator && !succeeded(s->api, s->api->KernelContext_GetAllocator(s->ctx, s->memory, &s->allocator))) {
     s->allocator = nullptr;
     return nullptr;
   }
+  s->blocks.reserve(s->blocks.size() + 1);  // so that recording the block below cannot fail
   void* raw = nullptr;
-  if (bytes > SIZE_MAX - kAlign - sizeof(void*) ||
-      !succeeded(s->api, s->api->AllocatorAlloc(s->allocator, bytes + kAlign + sizeof(void*), &raw)) || !raw)
+  if (bytes > SIZE_MAX - kAlign || !succeeded(s->api, s->api->AllocatorAlloc(s->allocator, bytes + kAlign, &raw)) ||
+      !raw)
     return nullptr;
-  const auto base = reinterpret_cast<uintptr_t>(raw) + sizeof(void*);
-  auto* aligned = reinterpret_cast<void*>((base + kAlign - 1) & ~(uintptr_t{kAlign} - 1));
-  std::memcpy(static_cast<char*>(aligned) - sizeof(void*), &raw, sizeof(void*));
+  auto* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~(uintptr_t{kAlign} - 1));
+  s->blocks.emplace_back(aligned, raw);
   return aligned;
+} catch (const std::bad_alloc&) {
+  return nullptr;
 }
 
 void scratch_deallocate(void* user, Device, void* ptr, std::size_t) {
   if (!ptr) return;
   auto* s = static_cast<Scratch*>(user);
-  void* raw;
-  std::memcpy(&raw, static_cast<char*>(ptr) - sizeof(void*), sizeof(void*));
-  succeeded(s->api, s->api->AllocatorFree(s->allocator, raw));
+  const auto it = std::find_if(s->blocks.begin(), s->blocks.end(), [&](const auto& b) { return b.first == ptr; });
+  if (it == s->blocks.end()) return;
+  succeeded(s->api, s->api->AllocatorFree(s->allocator, it->second));
+  s->blocks.erase(it);
 }
 
-// A TensorView over an OrtValue. `device` comes from the value's memory info.
+// C API 23 (ORT 1.23) or newer, where the runtime serves it: set when the library is registered.
+std::atomic<const OrtApi*> g_api23{nullptr};
+
+// A TensorView over an OrtValue. `device` comes from the value's memory info: a GPU's memory is
+// CUDA memory unless the host can address it (ORT's pinned staging buffers, which ORT 1.23 and newer
+// describe as GPU memory of type HOST_ACCESSIBLE and older runtimes as CPU memory).
 OrtStatus* view_of(const OrtApi* api, const OpSchema& op, const OrtValue* v, TensorView* out) {
   OrtTensorTypeAndShapeInfo* info = nullptr;
   if (OrtStatus* s = api->GetTensorTypeAndShape(v, &info)) return s;
@@ -321,7 +334,10 @@ OrtStatus* view_of(const OrtApi* api, const OpSchema& op, const OrtValue* v, Ten
   OrtMemoryInfoDeviceType device_type = OrtMemoryInfoDeviceType_CPU;
   api->MemoryInfoGetDeviceType(memory, &device_type);
   Device device = Device::cpu();
-  if (device_type == OrtMemoryInfoDeviceType_GPU) {
+  const OrtApi* api23 = g_api23.load(std::memory_order_relaxed);
+  const bool host_accessible =
+      api23 && api23->MemoryInfoGetDeviceMemType(memory) == OrtDeviceMemoryType_HOST_ACCESSIBLE;
+  if (device_type == OrtMemoryInfoDeviceType_GPU && !host_accessible) {
     int id = 0;
     if (OrtStatus* st = api->MemoryInfoGetId(memory, &id)) return st;
     device = Device::cuda(id);
@@ -372,7 +388,7 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
   const OrtMemoryInfo* scratch_memory = k.cpu_memory;
   if (k.cuda && in[0])
     if (OrtStatus* s = api->GetTensorMemoryInfo(in_value0, &scratch_memory)) return s;
-  Scratch scratch{api, ctx, scratch_memory};
+  Scratch scratch{api, ctx, scratch_memory, nullptr, {}};
   const WorkspaceAllocator allocator{scratch_allocate, scratch_deallocate, &scratch};
   Context context;  // CPU threads: OpenMP's default
   context.allocator = &allocator;
@@ -575,6 +591,7 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
                                 "); this runtime is " + api_base->GetVersionString();
     return api_base->GetApi(1)->CreateStatus(ORT_FAIL, message.c_str());
   }
+  g_api23.store(api_base->GetApi(23), std::memory_order_relaxed);
   try {
     return register_all(options, api_base, api);
   } catch (const std::exception& e) {

@@ -73,10 +73,13 @@ const CudaProvider& cuda_provider() {
   return p;
 }
 
+// The CUDA provider with TF32 off: its MatMul (in the MLP graph) then rounds as f32 does, as the
+// float64 check of the graph assumes.
 Ort::SessionOptions cuda_options() {
   Ort::SessionOptions o;
   o.SetIntraOpNumThreads(1);
-  o.AppendExecutionProvider_V2(env(), {*cuda_provider().device}, std::unordered_map<std::string, std::string>{});
+  o.AppendExecutionProvider_V2(env(), {*cuda_provider().device},
+                               std::unordered_map<std::string, std::string>{{"use_tf32", "0"}});
   return o;
 }
 

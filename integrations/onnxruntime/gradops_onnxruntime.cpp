@@ -381,6 +381,15 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
     out[o] = &out_views[o];
   }
 
+  // A kernel registered for one provider runs on its memory only: a CUDA tensor handed to a CPU
+  // kernel (or the reverse) would otherwise reach gradops' other backend with the wrong scratch.
+  for (const auto& views : {std::span(in), std::span(out)})
+    for (const TensorView* v : views)
+      if (v && (v->device.type == DeviceType::cuda) != k.cuda)
+        return error(api, ORT_INVALID_ARGUMENT,
+                     std::string(op.name) + ": the kernel for ONNX Runtime's " + (k.cuda ? "CUDA" : "CPU") +
+                         " execution provider was given a tensor in " + (k.cuda ? "host" : "CUDA device") +
+                         " memory");
   // Scratch from ORT's allocator for the tensors' memory: for CUDA kernels, that of the first input
   // (every operator's first input is required), whose device the call runs on. ORT's CUDA allocator
   // hands back freed blocks only to work ordered after ours on the same stream, so the block may be

@@ -1,9 +1,9 @@
 // Times the MLP block's backward graph (ort_test_support.hpp) in stock ONNX Runtime with gradops'
 // custom-op library, on three placements:
 //   cpu        the CPU provider (every thread);
+//   cuda       the CUDA provider with gradops' CUDA kernels;
 //   cuda+cpu   the CUDA provider, with gradops' CUDA kernels withheld (GRADOPS_ORT_CUDA=0): ORT runs
-//              gradops' nodes on the CPU provider and copies around them;
-//   cuda       the CUDA provider with gradops' CUDA kernels.
+//              gradops' nodes on the CPU provider and copies around them.
 // Inputs and outputs are bound where each session wants them (device memory for the CUDA sessions),
 // so a run is the graph alone; ORT synchronizes its stream at the end of each run. The CUDA
 // placements need ORT's CUDA provider (GRADOPS_ORT_CUDA_PROVIDER or next to the runtime) and a GPU.
@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,22 +33,24 @@ struct Result {
 };
 
 // Median, 10th and 90th percentile of `runs` timed runs after three warm-up runs.
-Result time_graph(const std::string& placement, const MlpBackward& m, Ort::SessionOptions options, int runs) {
+// `device`: the memory the inputs and outputs are bound in (nullptr: the host's).
+Result time_graph(const std::string& placement, const MlpBackward& m, Ort::SessionOptions options, int runs,
+                  const OrtMemoryInfo* device) {
   Ort::Session session = make_session(m.graph, std::move(options), true);
-  const std::vector<Ort::ConstMemoryInfo> in_mem = session.GetMemoryInfoForInputs();
-  const std::vector<Ort::ConstMemoryInfo> out_mem = session.GetMemoryInfoForOutputs();
   const Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
   Ort::IoBinding binding(session);
+  // Device tensors refer to the allocator they came from: it must outlive them (declared first).
+  std::optional<Ort::Allocator> allocator;
+  if (device) allocator.emplace(session, device);
   std::vector<Ort::Value> keep;  // bound values must outlive the runs
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     const Tensor& t = m.inputs[i];
     Ort::Value host = Ort::Value::CreateTensor(cpu, const_cast<std::byte*>(t.bytes.data()), t.bytes.size(),
                                                t.shape.data(), t.shape.size(), ort_type(t.dtype));
-    if (in_mem[i].GetDeviceType() == OrtMemoryInfoDeviceType_CPU) {
+    if (!device) {
       keep.push_back(std::move(host));
     } else {
-      Ort::Allocator allocator(session, in_mem[i]);
-      Ort::Value dev = Ort::Value::CreateTensor(allocator, t.shape.data(), t.shape.size(), ort_type(t.dtype));
+      Ort::Value dev = Ort::Value::CreateTensor(*allocator, t.shape.data(), t.shape.size(), ort_type(t.dtype));
       std::vector<Ort::Value> src, dst;
       src.push_back(std::move(host));
       dst.push_back(std::move(dev));
@@ -56,8 +59,7 @@ Result time_graph(const std::string& placement, const MlpBackward& m, Ort::Sessi
     }
     binding.BindInput(m.graph.inputs[i].name.c_str(), keep.back());
   }
-  for (std::size_t o = 0; o < m.graph.outputs.size(); ++o)
-    binding.BindOutput(m.graph.outputs[o].name.c_str(), out_mem[o]);
+  for (const Arg& o : m.graph.outputs) binding.BindOutput(o.name.c_str(), device ? device : static_cast<const OrtMemoryInfo*>(cpu));
   const Ort::RunOptions run_options;
   std::vector<double> ms;
   for (int r = 0; r < runs + 3; ++r) {
@@ -83,7 +85,7 @@ int main_impl(int argc, char** argv) {
   std::vector<Result> results;
   {
     Ort::SessionOptions o;  // every thread
-    results.push_back(time_graph("cpu", m, std::move(o), runs));
+    results.push_back(time_graph("cpu", m, std::move(o), runs, nullptr));
   }
   const char* env_path = std::getenv("GRADOPS_ORT_CUDA_PROVIDER");
   const std::string provider = env_path && *env_path ? env_path : GRADOPS_ORT_CUDA_PROVIDER_DEFAULT;
@@ -103,10 +105,12 @@ int main_impl(int argc, char** argv) {
       o.AppendExecutionProvider_V2(env(), {*device}, std::unordered_map<std::string, std::string>{});
       return o;
     };
+    const Ort::ConstMemoryInfo memory = device->GetMemoryInfo(OrtDeviceMemoryType_DEFAULT);
+    results.push_back(time_graph("cuda", m, cuda(), runs, memory));
+    std::fprintf(stderr, "cpu %.3f ms, cuda %.3f ms\n", results[0].median_ms, results[1].median_ms);
     setenv("GRADOPS_ORT_CUDA", "0", 1);
-    results.push_back(time_graph("cuda+cpu", m, cuda(), runs));
+    results.push_back(time_graph("cuda+cpu", m, cuda(), runs, memory));
     unsetenv("GRADOPS_ORT_CUDA");
-    results.push_back(time_graph("cuda", m, cuda(), runs));
   } else {
     std::printf("no usable CUDA provider at %s: CPU only\n", provider.c_str());
   }

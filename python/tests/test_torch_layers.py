@@ -173,9 +173,12 @@ def test_layer_matches_torch_nn_f64(name, make_ref, make_ours, shape, device):
     ours.load_state_dict(ref.state_dict())
     # ONNX FLOAT attributes are f32: QuickGelu's alpha and BatchNorm's momentum reach the kernel
     # rounded to f32 (relative 1e-8 and 2.4e-7), and so does a large epsilon: f64 results show it.
+    # BatchNorm's running mean moves by (1 - momentum)·(mean - running_mean), and 1 - 0.9f is off by
+    # 2.4e-8 absolute: |mean - running_mean| reaches about 0.6 on these inputs, so 1.4e-8 (4 x 1e-8
+    # covers it; the f64 arithmetic itself is good to about 1e-16).
     f32_attr = name.startswith(("QuickGELU", "BatchNorm")) or name.endswith("_eps")
     _blocked_without_kernel(
-        lambda: _compare(ref, ours, shape, torch.float64, device, tol=(1e-9, 1e-6) if f32_attr else None), device)
+        lambda: _compare(ref, ours, shape, torch.float64, device, tol=(1e-8, 1e-6) if f32_attr else None), device)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

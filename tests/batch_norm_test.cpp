@@ -288,6 +288,24 @@ TEST(BatchNorm, NoSpreadAndEpsilonZeroGiveNaN) {
       }
 }
 
+// One value per channel and a tiny epsilon (the fuzzer's fifth finding): the saved inverse std is
+// near 1/sqrt(epsilon), so x̂ = (x - mean)·inv_std is the rounding of the mean to T2 magnified by up
+// to 5e8, and X_grad = c·(x - mean) reaches 1e12 with a few roundings in it. The check's bound must
+// take x̂ from that rounding, not from the data's spread (it held x̂ to 2e-4 and failed a 2-ulp
+// f64 result).
+TEST(BatchNorm, OneValuePerChannelWithTinyEpsilon) {
+  uint64_t seed = 71;
+  for (const TypeSignature& sig : op_schema(OpId::BatchNormalizationGrad).signatures)
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 15}, {1, 4, 1}})
+      for (bool last : {false, true})
+        for (double eps : {3.3e-18, 1e-20}) {
+          Problem p = make_problem(OpId::BatchNormalizationGrad, sig, shape, last, seed++);
+          p.attrs["epsilon"] = eps;
+          const Report r = run_case(p);
+          EXPECT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+        }
+}
+
 // A batch far from zero: the variance must come from deviations, not E[x²] - E[x]², which in f32
 // loses about u·mean²/var = 6e-8·1e6/0.33, a fifth of the value.
 TEST(BatchNorm, VarianceFarFromZero) {

@@ -201,7 +201,8 @@ Tolerance layer_norm(const Problem& p, int output) {
 // (check/oracle/batch_norm.cpp): |dY| <= 2, |X| <= 6.1, |scale| <= 1.5, |B| <= 1, biased
 // variance <= 4.1, input_var <= 2, and for Mc >= 2 inv_std <= 4.6, |xhat| <= min(4.7,
 // sqrt(Mc - 1) + 0.02) (Samuelson's bound plus the rounding of the saved mean); for Mc = 1,
-// inv_std <= 1/sqrt(epsilon) and xhat is 0 up to the rounding of mean to T2 (< 2e-4).
+// inv_std <= 1/sqrt(epsilon) and xhat is 0 up to the rounding of mean to T2 times inv_std
+// (6.1·u_T2/sqrt(epsilon), at least 2e-4), and |S2| = |dY·xhat|.
 //   bias_grad  = S1 = Σ dY:            abs k·u_c·2·Mc
 //   scale_grad = S2 = istd·Σ dY(x - mean): two more roundings per term, and Σ|dY·xhat| <= 2.1·Mc
 //                (Cauchy-Schwarz: the rms of xhat is 1 up to the rounding of the statistics):
@@ -243,15 +244,21 @@ Tolerance batch_norm(const Problem& p, int output) {
   const double u64 = 0x1p-53, c64 = 4 * std::ceil(std::log2(mc + 1)) + 8;
   const double stats_eps = grad ? (eps > 0 ? eps : 1e-5) : std::max(eps, 1e-30);
   const double istd_max = mc >= 2 ? 4.6 : 1 / std::sqrt(stats_eps);
-  const double xhat_max = mc >= 2 ? std::min(4.7, std::sqrt(mc - 1) + 0.02) : 2e-4;
+  // Mc = 1: x - mean is the rounding of the mean to T2 (|x| <= 6.1), times inv_std, which a tiny
+  // epsilon makes as large as 1/sqrt(epsilon): x̂ is then rounding noise, not bounded by the data.
+  const double xhat_max =
+      mc >= 2 ? std::min(4.7, std::sqrt(mc - 1) + 0.02)
+              : std::max(2e-4, 1.01 * x_max * unit_roundoff(p.sig.types[2]) * istd_max);
   const std::string_view name = op_schema(p.op).outputs[output].name;
   if (grad) {
     const double n = std::max(mc, 1.0);
-    const double e1 = k * uc * dy_max * n, e2 = (k + 3) * uc * 2.1 * n;  // |ΔS1|, |ΔS2|
+    // |S2|/Mc: at most 2.1 by Cauchy-Schwarz for Mc >= 2; for one value |dY·x̂|.
+    const double m2 = mc >= 2 ? 2.1 : std::max(2.1, dy_max * xhat_max);
+    const double e1 = k * uc * dy_max * n, e2 = (k + 3) * uc * m2 * n;  // |ΔS1|, |ΔS2|
     if (name == "sums") return {floor + std::max(e1, e2), 2 * uo};
     if (name == "bias_grad") return {floor + e1, 2 * uo};
     if (name == "scale_grad") return {floor + e2, 2 * uo};
-    const double a = scale_max * istd_max, m1 = dy_max, m2 = 2.1;  // |S1|/Mc, |S2|/Mc
+    const double a = scale_max * istd_max, m1 = dy_max;  // |S1|/Mc
     const double e = a * (e1 / n + 3 * uc * m1) + a * xhat_max * (e2 / n + 5 * uc * m2) +
                      4 * uc * a * (dy_max + m1 + xhat_max * m2);
     return {floor + e, 2 * uo};

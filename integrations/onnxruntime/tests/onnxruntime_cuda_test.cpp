@@ -132,16 +132,6 @@ Status run_gradops_cuda(const Call& c, std::vector<std::optional<Tensor>>* out) 
 
 // ---- every operator and dtype signature gradops runs on CUDA ---------------------------------------
 
-struct Signature {
-  OpId op;
-  TypeSignature sig;
-};
-void PrintTo(const Signature& s, std::ostream* os) {
-  const OpSchema& op = op_schema(s.op);
-  *os << op.name;
-  for (std::size_t v = 0; v < op.type_vars.size(); ++v) *os << (v ? "," : " ") << dtype_name(s.sig.types[v]);
-}
-
 std::vector<Signature> cuda_signatures() {
   std::vector<Signature> r;
   for (const OpSchema& op : op_schemas()) {
@@ -176,13 +166,7 @@ TEST_P(OrtCudaSignature, MatchesGradopsOnCudaBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, OrtCudaSignature, testing::ValuesIn(cuda_signatures()),
-                         [](const testing::TestParamInfo<Signature>& info) {
-                           const OpSchema& op = op_schema(info.param.op);
-                           std::string s(op.name);
-                           for (std::size_t v = 0; v < op.type_vars.size(); ++v)
-                             s += std::string("_") + dtype_name(info.param.sig.types[v]);
-                           return s;
-                         });
+                         [](const testing::TestParamInfo<Signature>& info) { return test_name(info.param); });
 
 // ---- the MLP backward graph, placement and host copies ------------------------------------------------
 

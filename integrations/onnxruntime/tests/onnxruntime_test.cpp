@@ -61,17 +61,6 @@ void expect_same_as_gradops(const Call& c, std::string* skip) {
 
 // ---- every operator and dtype signature -----------------------------------------------------------
 
-struct Signature {
-  OpId op;
-  TypeSignature sig;
-};
-// gtest prints parameters in failure messages; by default as a byte dump.
-void PrintTo(const Signature& s, std::ostream* os) {
-  const OpSchema& op = op_schema(s.op);
-  *os << op.name;
-  for (std::size_t v = 0; v < op.type_vars.size(); ++v) *os << (v ? "," : " ") << dtype_name(s.sig.types[v]);
-}
-
 std::vector<Signature> all_signatures(bool with_optional_outputs_only = false) {
   std::vector<Signature> r;
   for (const OpSchema& op : op_schemas()) {
@@ -83,12 +72,7 @@ std::vector<Signature> all_signatures(bool with_optional_outputs_only = false) {
   return r;
 }
 
-std::string signature_name(const testing::TestParamInfo<Signature>& info) {
-  const OpSchema& op = op_schema(info.param.op);
-  std::string s(op.name);
-  for (std::size_t v = 0; v < op.type_vars.size(); ++v) s += std::string("_") + dtype_name(info.param.sig.types[v]);
-  return s;
-}
+std::string signature_name(const testing::TestParamInfo<Signature>& info) { return test_name(info.param); }
 
 class OrtSignature : public testing::TestWithParam<Signature> {};
 

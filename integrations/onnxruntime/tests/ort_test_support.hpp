@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -329,6 +330,26 @@ inline std::string describe(const Call& c) {
   return s;
 }
 
+
+// ---- (operator, signature) pairs as test parameters -------------------------------------------------
+
+struct Signature {
+  OpId op;
+  TypeSignature sig;
+};
+// gtest prints parameters in failure messages; by default as a byte dump.
+inline void PrintTo(const Signature& s, std::ostream* os) {
+  const OpSchema& op = op_schema(s.op);
+  *os << op.name;
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) *os << (v ? "," : " ") << dtype_name(s.sig.types[v]);
+}
+// "LayerNormalizationGrad_f16_f32_f16": a test name.
+inline std::string test_name(const Signature& s) {
+  const OpSchema& op = op_schema(s.op);
+  std::string r(op.name);
+  for (std::size_t v = 0; v < op.type_vars.size(); ++v) r += std::string("_") + dtype_name(s.sig.types[v]);
+  return r;
+}
 
 // ---- a transformer MLP block's backward graph -------------------------------------------------------
 

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -31,7 +32,6 @@
 #include <new>
 #include <span>
 #include <stdexcept>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -354,14 +354,12 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
   std::array<TensorView, kMaxArgs> in_views{}, out_views{};
   std::array<const TensorView*, kMaxArgs> in{}, out{};
   size_t n_in = 0, n_out = 0;
-  const OrtValue* in_value0 = nullptr;
   if (OrtStatus* s = api->KernelContext_GetInputCount(ctx, &n_in)) return s;
   if (OrtStatus* s = api->KernelContext_GetOutputCount(ctx, &n_out)) return s;
   for (size_t i = 0; i < op.inputs.size() && i < n_in; ++i) {
     const OrtValue* v = nullptr;
     if (OrtStatus* s = api->KernelContext_GetInput(ctx, i, &v)) return s;
     if (!v) continue;  // an absent optional input
-    if (i == 0) in_value0 = v;
     if (OrtStatus* s = view_of(api, op, v, &in_views[i])) return s;
     in[i] = &in_views[i];
   }
@@ -395,8 +393,11 @@ OrtStatus* ORT_API_CALL compute(void* p, OrtKernelContext* ctx) try {
   // hands back freed blocks only to work ordered after ours on the same stream, so the block may be
   // returned while our kernels still use it, as ORT's own CUDA kernels do with theirs.
   const OrtMemoryInfo* scratch_memory = k.cpu_memory;
-  if (k.cuda && in[0])
-    if (OrtStatus* s = api->GetTensorMemoryInfo(in_value0, &scratch_memory)) return s;
+  if (k.cuda) {
+    const OrtValue* first = nullptr;
+    if (OrtStatus* s = api->KernelContext_GetInput(ctx, 0, &first)) return s;
+    if (OrtStatus* s = api->GetTensorMemoryInfo(first, &scratch_memory)) return s;
+  }
   Scratch scratch{api, ctx, scratch_memory, nullptr, {}};
   const WorkspaceAllocator allocator{scratch_allocate, scratch_deallocate, &scratch};
   Context context;  // CPU threads: OpenMP's default
@@ -514,8 +515,7 @@ bool verbose() {
 
 // Whether the runtime has a CUDA execution provider: built in, or a plugin library registered with
 // the environment before this library is loaded. `why` says which, or why not.
-bool runtime_has_cuda(const OrtApiBase* api_base, std::string* why) {
-  const OrtApi* api = api_base->GetApi(kMinOrtApiVersion);
+bool runtime_has_cuda(const OrtApiBase* api_base, const OrtApi* api, std::string* why) {
   char** names = nullptr;
   int count = 0;
   if (succeeded(api, api->GetAvailableProviders(&names, &count))) {
@@ -556,14 +556,15 @@ OrtStatus* register_all(OrtSessionOptions* options, const OrtApiBase* api_base, 
   const char* knob = std::getenv("GRADOPS_ORT_CUDA");
   const bool disabled = knob && std::strcmp(knob, "0") == 0;
   std::string why = !built ? "this build of gradops has no CUDA backend" : disabled ? "GRADOPS_ORT_CUDA=0" : "";
-  const bool cuda = built && !disabled && runtime_has_cuda(api_base, &why);
+  const bool cuda = built && !disabled && runtime_has_cuda(api_base, api, &why);
   std::vector<const Registration*> regs;  // into the static list: ORT keeps the addresses
   for (const Registration& r : all)
     if (!r.cuda || cuda) regs.push_back(&r);
   if (verbose()) {
-    const auto n_cuda = std::count_if(regs.begin(), regs.end(), [](const Registration* r) { return r->cuda; });
-    std::fprintf(stderr, "gradops: onnxruntime: %zu CPU kernels, %zd CUDA kernels (%s)\n",
-                 regs.size() - static_cast<size_t>(n_cuda), static_cast<ssize_t>(n_cuda), why.c_str());
+    const auto n_cuda = static_cast<size_t>(
+        std::count_if(regs.begin(), regs.end(), [](const Registration* r) { return r->cuda; }));
+    std::fprintf(stderr, "gradops: onnxruntime: %zu CPU kernels, %zu CUDA kernels (%s)\n", regs.size() - n_cuda,
+                 n_cuda, why.c_str());
   }
   std::vector<std::string_view> names;  // one OrtCustomOpDomain per table domain
   for (const Registration* r : regs)

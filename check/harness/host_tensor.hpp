@@ -59,7 +59,7 @@ struct HostTensor {
   HostTensor(DType t, const oracle::Tensor& x) : HostTensor(t, x.shape, x.v) {}
 
   int64_t count() const { return element_count(shape); }
-  TensorView view() { return TensorView(bytes.data(), dtype, std::span<const int64_t>(shape)); }
+  TensorView view() const { return TensorView(bytes.data(), dtype, std::span<const int64_t>(shape)); }
   void set(int64_t i, double v) { store(dtype, bytes.data() + i * dtype_size(dtype), v); }
   void set(const std::vector<double>& values) {
     const int64_t n = std::min<int64_t>(count(), static_cast<int64_t>(values.size()));

@@ -83,53 +83,6 @@ Ort::SessionOptions cuda_options() {
   return o;
 }
 
-// gradops' own API on CUDA copies of the inputs (default stream); outputs poisoned first.
-Status run_gradops_cuda(const Call& c, std::vector<std::optional<Tensor>>* out) {
-  const check::DeviceMemory& dm = *check::device_memory(DeviceType::cuda);
-  std::vector<void*> buffers;
-  struct Free {
-    const check::DeviceMemory& dm;
-    std::vector<void*>& b;
-    ~Free() {
-      for (void* p : b) dm.release(p);
-    }
-  } free_all{dm, buffers};
-  auto device_copy = [&](const Tensor& t) {
-    buffers.push_back(dm.allocate(t.bytes.size()));
-    if (!t.bytes.empty()) dm.to_device(buffers.back(), t.bytes.data(), t.bytes.size());
-    return TensorView(buffers.back(), t.dtype, std::span<const int64_t>(t.shape), Device::cuda(0));
-  };
-  std::vector<TensorView> in_view, out_view;
-  std::vector<const TensorView*> in_ptr, out_ptr;
-  in_view.reserve(c.inputs.size());
-  out_view.reserve(c.outputs.size());
-  for (const Tensor& t : c.inputs) {
-    in_view.push_back(device_copy(t));
-    in_ptr.push_back(&in_view.back());
-  }
-  out->assign(c.outputs.size(), std::nullopt);
-  for (std::size_t o = 0; o < c.outputs.size(); ++o) {
-    if (!c.outputs[o]) {
-      out_ptr.push_back(nullptr);
-      continue;
-    }
-    (*out)[o] = Tensor(c.outputs[o]->dtype, c.outputs[o]->shape);
-    std::memset((*out)[o]->bytes.data(), 0xFF, (*out)[o]->bytes.size());  // NaN: every element must be written
-    out_view.push_back(device_copy(*(*out)[o]));
-    out_ptr.push_back(&out_view.back());
-  }
-  const std::vector<Attribute> a = gradops_attrs(c.attrs);
-  const Status st = run(c.op->name, in_ptr, out_ptr, a);
-  dm.synchronize();
-  for (std::size_t o = 0, k = 0; o < c.outputs.size(); ++o) {
-    if (!c.outputs[o]) continue;
-    const std::size_t b = (*out)[o]->bytes.size();
-    if (b) dm.to_host((*out)[o]->bytes.data(), out_view[k].data, b);
-    ++k;
-  }
-  return st;
-}
-
 // ---- every operator and dtype signature gradops runs on CUDA ---------------------------------------
 
 std::vector<Signature> cuda_signatures() {
@@ -153,7 +106,7 @@ TEST_P(OrtCudaSignature, MatchesGradopsOnCudaBitwise) {
   const auto c = make_call(op.id, GetParam().sig, shape, required_attrs(op), 29);
   ASSERT_TRUE(c) << "the float64 oracle has no " << op.name;
   std::vector<std::optional<Tensor>> ref;
-  const Status st = run_gradops_cuda(*c, &ref);
+  const Status st = run_gradops(*c, c->attrs, &ref, Device::cuda(0));
   ASSERT_TRUE(st.is_ok()) << describe(*c) << ": " << st.to_string();
   const GraphSpec g = one_node(*c);
   Ort::Session session = make_session(g, cuda_options(), true);
@@ -267,7 +220,7 @@ TEST(OrtCudaErrors, CarryGradopsMessage) {
   }
   c.outputs = {Arg{"dX", t, {4, 8}}, Arg{"dScale", t, {8}}, Arg{"dBias", t, {8}}};
   std::vector<std::optional<Tensor>> ref;
-  const Status st = run_gradops_cuda(c, &ref);
+  const Status st = run_gradops(c, c.attrs, &ref, Device::cuda(0));
   ASSERT_EQ(st.code(), StatusCode::invalid_argument) << st.to_string();
   const GraphSpec g = one_node(c);
   try {

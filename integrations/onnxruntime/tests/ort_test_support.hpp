@@ -19,6 +19,7 @@
 #include "gradops/ops.hpp"
 #include "gradops/schema.hpp"
 #include "harness/checker.hpp"
+#include "harness/host_tensor.hpp"
 #include "onnx_model.hpp"
 #include "oracle/oracle.hpp"
 
@@ -68,48 +69,8 @@ inline std::string shape_string(const std::vector<int64_t>& s) {
 
 // ---- tensors in their storage dtype ----------------------------------------------------------------
 
-struct Tensor {
-  DType dtype = DType::f32;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-
-  Tensor() = default;
-  Tensor(DType t, std::vector<int64_t> s) : dtype(t), shape(std::move(s)) {
-    bytes.resize(static_cast<std::size_t>(count()) * dtype_size(t));
-  }
-  int64_t count() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  void set(int64_t i, double v) {
-    std::byte* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::f64: std::memcpy(p, &v, 8); break;
-      case DType::f16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const bfloat16 h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    }
-  }
-  double get(int64_t i) const {
-    const std::byte* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-      case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
-      case DType::f16: { half h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-      case DType::bf16: { bfloat16 h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-    }
-    return 0;
-  }
-  TensorView view() const { return TensorView(bytes.data(), dtype, std::span<const int64_t>(shape)); }
-};
-
-// The oracle's inputs are exactly representable in their dtypes, so storing them is exact.
-inline Tensor store(const oracle::Tensor& t, DType d) {
-  Tensor r(d, t.shape);
-  for (int64_t i = 0; i < r.count(); ++i) r.set(i, t.v[static_cast<std::size_t>(i)]);
-  return r;
-}
+// Tensors in their storage dtype: the check harness's host tensor.
+using Tensor = check::HostTensor;
 
 // "dX[5] = 0.123 (ORT) vs 0.124 (gradops)", or "" when the bytes are the same.
 inline std::string first_difference(const std::string& name, const Tensor& ort, const Tensor& ref) {
@@ -250,14 +211,33 @@ inline std::vector<Attribute> gradops_attrs(const std::vector<NodeAttr>& attrs) 
   return r;
 }
 
-// gradops' own API on the same inputs; outputs with the shapes and dtypes of `c.outputs`.
-inline Status run_gradops(const Call& c, const std::vector<NodeAttr>& attrs, std::vector<std::optional<Tensor>>* out) {
+// gradops' own API on the same inputs, in host memory or on `device` (copies made there, the device
+// synchronized and the outputs copied back); outputs poisoned first, with the shapes and dtypes of
+// `c.outputs`.
+inline Status run_gradops(const Call& c, const std::vector<NodeAttr>& attrs, std::vector<std::optional<Tensor>>* out,
+                          Device device = Device::cpu()) {
+  const check::DeviceMemory* dm = device.type == DeviceType::cpu ? nullptr : check::device_memory(device.type);
+  if (device.type != DeviceType::cpu && !dm) throw std::runtime_error("this build has no memory for that device");
+  std::vector<void*> buffers;
+  struct Release {
+    const check::DeviceMemory* dm;
+    std::vector<void*>& buffers;
+    ~Release() {
+      for (void* p : buffers) dm->release(p);
+    }
+  } release{dm, buffers};
+  auto place = [&](const Tensor& t) {
+    if (!dm) return t.view();
+    buffers.push_back(dm->allocate(t.bytes.size()));
+    if (!t.bytes.empty()) dm->to_device(buffers.back(), t.bytes.data(), t.bytes.size());
+    return TensorView(buffers.back(), t.dtype, std::span<const int64_t>(t.shape), device);
+  };
   std::vector<const TensorView*> in_ptr, out_ptr;
   std::vector<TensorView> in_view, out_view;
   in_view.reserve(c.inputs.size());
   out_view.reserve(c.outputs.size());
   for (const Tensor& t : c.inputs) {
-    in_view.push_back(t.view());
+    in_view.push_back(place(t));
     in_ptr.push_back(&in_view.back());
   }
   out->assign(c.outputs.size(), std::nullopt);
@@ -266,13 +246,23 @@ inline Status run_gradops(const Call& c, const std::vector<NodeAttr>& attrs, std
       out_ptr.push_back(nullptr);
       continue;
     }
-    (*out)[o] = Tensor(c.outputs[o]->dtype, c.outputs[o]->shape);
-    std::memset((*out)[o]->bytes.data(), 0xFF, (*out)[o]->bytes.size());  // NaN: every element must be written
-    out_view.push_back(TensorView((*out)[o]->bytes.data(), (*out)[o]->dtype, std::span<const int64_t>((*out)[o]->shape)));
+    // 0xFF is NaN in every dtype: every element must be written.
+    out->at(o).emplace(c.outputs[o]->dtype, c.outputs[o]->shape, std::byte{0xFF});
+    out_view.push_back(place(*out->at(o)));
     out_ptr.push_back(&out_view.back());
   }
   const std::vector<Attribute> a = gradops_attrs(attrs);
-  return run(c.op->name, in_ptr, out_ptr, a);
+  const Status st = run(c.op->name, in_ptr, out_ptr, a);
+  if (dm) {
+    dm->synchronize();
+    for (std::size_t o = 0, k = 0; o < c.outputs.size(); ++o)
+      if (c.outputs[o]) {
+        Tensor& t = *out->at(o);
+        if (!t.bytes.empty()) dm->to_host(t.bytes.data(), out_view[k].data, t.bytes.size());
+        ++k;
+      }
+  }
+  return st;
 }
 
 inline std::vector<int64_t> shape_for(const OpSchema& op) {
@@ -315,7 +305,7 @@ inline std::optional<Call> make_call(OpId id, const TypeSignature& sig, const st
     return std::nullopt;
   }
   Call c{&op, {}, {}, attrs};
-  for (std::size_t i = 0; i < op.inputs.size(); ++i) c.inputs.push_back(store(*in[i], in_types[i]));
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) c.inputs.push_back(Tensor(in_types[i], *in[i]));
   for (std::size_t o = 0; o < op.outputs.size(); ++o)
     c.outputs.push_back(Arg{"out_" + std::string(op.outputs[o].name), check::output_dtype(p, static_cast<int>(o)),
                             expected[o]->shape});
@@ -419,7 +409,7 @@ inline MlpBackward mlp_backward(DType t, int64_t N, int64_t D, int64_t H, bool w
   };
   for (const oracle::Tensor* v :
        std::initializer_list<const oracle::Tensor*>{&dp, &p, &w2, &z, &b1, &w1, &x, &gamma, &mean, &inv_std})
-    m.inputs.push_back(store(*v, t));
+    m.inputs.push_back(Tensor(t, *v));
   if (!with_reference) return m;
 
   // The float64 reference of the whole chain, from the same inputs.
@@ -440,8 +430,8 @@ inline MlpBackward mlp_backward(DType t, int64_t N, int64_t D, int64_t H, bool w
     m.grads.push_back(std::move(c));
   };
   grad(OpId::SoftmaxGrad_13, {m.inputs[0], m.inputs[1]}, ref_o);
-  grad(OpId::BiasGeluGrad_dX, {store(da, t), m.inputs[3], m.inputs[4]}, ref_z);
-  grad(OpId::LayerNormalizationGrad, {store(dh, t), m.inputs[6], m.inputs[7], m.inputs[8], m.inputs[9]}, ref_x);
+  grad(OpId::BiasGeluGrad_dX, {Tensor(t, da), m.inputs[3], m.inputs[4]}, ref_z);
+  grad(OpId::LayerNormalizationGrad, {Tensor(t, dh), m.inputs[6], m.inputs[7], m.inputs[8], m.inputs[9]}, ref_x);
   return m;
 }
 

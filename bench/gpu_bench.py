@@ -2,7 +2,7 @@
 """gradops' CUDA kernels against PyTorch's own backward ops: same tensors, same stream, same GPU, same run.
 
 Usage: bench/gpu_bench.py --lib build/gpu/libgradops.so [--out out/gpu] [--dtypes f32,bf16,f16]
-       [--families elementwise,bias_gelu,softmax,forward,layer_norm,batch_norm] [--repeats 30] [--quick]
+       [--families elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm] [--repeats 30] [--quick]
 
 For every case the inputs go to both sides; the outputs are compared first (a disagreement beyond the
 dtype's tolerance marks the case FAILED and it is not timed). Then the two sides are timed in
@@ -61,6 +61,10 @@ ELEMENTWISE_N = 1 << 26
 BIAS_SHAPES = [(16384, 4096), (8192, 3072), (4096, 16384)]
 SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048, 32768), (512, 131072),
                   (8192, 50257)]
+# The softmax family on axis 1 of [outer, axis, inner]: inner 2 to 4096, axes 16 to 32768, 2^25
+# elements (64 MB a tensor in 16-bit, 128 MB in f32).
+SOFTMAX_AXIS_SHAPES = [(512, 16, 4096), (64, 128, 4096), (341, 1000, 96), (2048, 2048, 8), (8192, 1024, 4),
+                       (11000, 1000, 3), (512, 32768, 2), (8, 32768, 128)]
 # LayerNorm family: (shape, the share of copy bandwidth its gradients are held to). 229x541 (about
 # 1 MB) is launch-bound and held to its same-size copy instead; 648720x128 is a per-head norm.
 # Cases that move fewer bytes than this are held to a copy of their own size (the small-case rule).
@@ -126,25 +130,25 @@ def bias_gelu_case(op, approximate, shape, with_db, target):
     return dict(family="bias_gelu", op=op, name=name, build=build, target=target)
 
 
-def softmax_case(op, log, shape, target):
+def softmax_case(op, log, shape, target, axis=-1, family="softmax"):
     def build(dtype):
         dy = randn(shape, dtype)
         logits = randn(shape, torch.float32, 2.0)
-        y = (torch.log_softmax(logits, -1) if log else torch.softmax(logits, -1)).to(dtype)
+        y = (torch.log_softmax(logits, axis) if log else torch.softmax(logits, axis)).to(dtype)
         dx = torch.empty_like(dy)
         fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
-        return dict(ins=[dy, y], outs=[dx], attrs={"axis": -1}, torch=lambda: fn(dy, y, -1, dtype),
+        return dict(ins=[dy, y], outs=[dx], attrs={"axis": axis}, torch=lambda: fn(dy, y, axis, dtype),
                     check=[(dx, None)], nbytes=3 * dy.numel() * dy.element_size(), shape=list(shape))
-    return dict(family="softmax", op=op, build=build, target=target)
+    return dict(family=family, op=op, build=build, target=target)
 
 
-def forward_case(op, shape, torch_fn, target, attrs=None):
+def forward_case(op, shape, torch_fn, target, attrs=None, family="forward"):
     def build(dtype):
         x = randn(shape, dtype, 2.0)
         y = torch.empty_like(x)
         return dict(ins=[x], outs=[y], attrs=attrs or {}, torch=lambda: torch_fn(x), check=[(y, None)],
                     nbytes=2 * x.numel() * x.element_size(), shape=list(shape))
-    return dict(family="forward", op=op, build=build, target=target)
+    return dict(family=family, op=op, build=build, target=target)
 
 
 def layer_norm_case(op, shape, target):
@@ -291,6 +295,15 @@ def cases():
     for shape in SOFTMAX_SHAPES:
         out.append(forward_case("Softmax_13", shape, lambda x: torch.softmax(x, -1), fwd, {"axis": -1}))
         out.append(forward_case("LogSoftmax_13", shape, lambda x: torch.log_softmax(x, -1), fwd, {"axis": -1}))
+    for shape in SOFTMAX_AXIS_SHAPES:
+        # A middle axis: 0.85 of copy where inner (the last dim) is 8 or more, 0.70 below, where a
+        # warp's loads of one axis step span fewer than 8 elements.
+        t = (0.85 if shape[-1] >= 8 else 0.70, 1.0)
+        out.append(softmax_case("SoftmaxGrad_13", False, shape, t, 1, "softmax_axis"))
+        out.append(softmax_case("LogSoftmaxGrad_13", True, shape, t, 1, "softmax_axis"))
+        out.append(forward_case("Softmax_13", shape, lambda x: torch.softmax(x, 1), t, {"axis": 1}, "softmax_axis"))
+        out.append(forward_case("LogSoftmax_13", shape, lambda x: torch.log_softmax(x, 1), t, {"axis": 1},
+                                "softmax_axis"))
     for op in ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "InvertibleLayerNormalizationGrad",
                "LayerNormalization", "SimplifiedLayerNormalization"):
         for shape, share in LAYER_NORM_SHAPES:
@@ -528,7 +541,7 @@ def main():
     ap.add_argument("--lib", required=True, help="libgradops.so built with the CUDA backend")
     ap.add_argument("--out", default="out/gpu")
     ap.add_argument("--dtypes", default="f32,bf16,f16")
-    ap.add_argument("--families", default="elementwise,bias_gelu,softmax,forward,layer_norm,batch_norm")
+    ap.add_argument("--families", default="elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="f32 and bf16 only, 10 repeats")
     args = ap.parse_args()

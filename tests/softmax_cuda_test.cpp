@@ -51,6 +51,30 @@ TEST_F(Cuda, SoftmaxMatchesOracleAndCpu) {
       }
 }
 
+// A non-last axis, [outer, axis, inner]: inner below, at and above a 16-byte pack, odd; axes held by
+// part of a block, a block, clusters of 2 to 16 blocks, and longer ones (cuda:strided).
+TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {3, 1, 5},    {2, 2, 3},      {4, 7, 8},    {3, 33, 96},   {2, 16, 4096}, {5, 100, 17},
+      {3, 1000, 3}, {2, 5000, 2},   {1, 9000, 8}, {1, 32000, 2}, {1, 40000, 2}, {2, 600, 4100}};
+  uint64_t seed = 5000;
+  for (OpId id : family_ops(OpFamily::softmax)) {
+    if (!single_axis(id)) continue;
+    for (DType t : kAllDTypes)
+      for (const std::vector<int64_t>& shape : shapes)
+        for (bool misaligned : {false, true}) {
+          Problem p;
+          p.op = id;
+          p.sig = {{t, t, t}};
+          p.shape = shape;
+          p.attrs = {{"axis", 1.0}};
+          p.misaligned = misaligned;
+          p.seed = seed++;
+          ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+        }
+  }
+}
+
 // Which implementation takes which rows (so that the sweep above covers each of them).
 TEST_F(Cuda, SoftmaxPathPerRowLength) {
   struct Expect {
@@ -63,9 +87,11 @@ TEST_F(Cuda, SoftmaxPathPerRowLength) {
       {{64, 3}, DType::f32, -1, "cuda:warp_per_row"},        {{64, 1024}, DType::f32, -1, "cuda:warp_per_row"},
       {{64, 2048}, DType::bf16, -1, "cuda:warp_per_row"},    {{9, 1025}, DType::f32, -1, "cuda:block_per_row"},
       {{2, 32768}, DType::f32, -1, "cuda:cluster_per_row"},  {{2, 131072}, DType::f32, -1, "cuda:cluster_per_row"},
-      {{1, 262144}, DType::f32, -1, "cuda:two_pass"},        {{31, 33}, DType::f32, 0, "cuda:strided"},
+      {{1, 262144}, DType::f32, -1, "cuda:two_pass"},
       {{2, 131072}, DType::bf16, -1, "cuda:cluster_per_row"}, {{1, 262144}, DType::f16, -1, "cuda:cluster_per_row"},
-      {{1, 270000}, DType::bf16, -1, "cuda:two_pass"},
+      {{1, 270000}, DType::bf16, -1, "cuda:two_pass"},       {{31, 33}, DType::f32, 0, "cuda:strided_held"},
+      {{2, 5000, 2}, DType::f32, 1, "cuda:strided_held"},     {{1, 32000, 2}, DType::f32, 1, "cuda:strided_held"},
+      {{1, 40000, 2}, DType::f32, 1, "cuda:strided"},         {{64, 1000, 96}, DType::bf16, 1, "cuda:strided_held"},
   };
   for (const Expect& e : cases) {
     const std::size_t bytes = static_cast<std::size_t>(count_of(e.shape)) * dtype_size(e.t);
@@ -128,7 +154,8 @@ TEST_F(Cuda, SoftmaxRepeatedRunsAreBitwiseIdentical) {
   const Run runs[] = {
       {OpId::SoftmaxGrad_13, DType::f32, {100, 1000}, -1},   {OpId::SoftmaxGrad_13, DType::f32, {8, 50257}, -1},
       {OpId::LogSoftmaxGrad_13, DType::f16, {4, 131072}, -1}, {OpId::Softmax_13, DType::f32, {2, 262144}, -1},
-      {OpId::LogSoftmax_13, DType::f32, {30, 500, 7}, 1},
+      {OpId::LogSoftmax_13, DType::f32, {30, 500, 7}, 1},     {OpId::SoftmaxGrad_13, DType::bf16, {3, 20000, 2}, 1},
+      {OpId::Softmax_13, DType::f32, {2, 40000, 2}, 1},
   };
   for (const Run& r : runs) {
     Problem p;
@@ -152,8 +179,10 @@ TEST_F(Cuda, SoftmaxRepeatedRunsAreBitwiseIdentical) {
 
 // ---- more than 2^31 elements -----------------------------------------------------------------
 
-TEST_F(Cuda, SoftmaxGradOver2Pow31Elements) {
-  const int64_t cols = 4096, rows = (int64_t{1} << 19) + 1, n = rows * cols;  // 2^31 + 4096
+// [rows, cols, inner] with the softmax over cols: inner 1 is the last axis (a row kernel), inner 2
+// the held strided kernel.
+void check_grad_over_2pow31(int64_t inner) {
+  const int64_t cols = 4096 / inner, rows = (int64_t{1} << 19) + 1, n = rows * cols * inner;  // 2^31 + 4096
   const DType t = DType::bf16;
   if (!enough_memory(3 * n * 2)) GTEST_SKIP() << "not enough device memory";
   DeviceBuffer dy(n * 2), y(n * 2), dx(n * 2);
@@ -165,31 +194,37 @@ TEST_F(Cuda, SoftmaxGradOver2Pow31Elements) {
   ASSERT_NO_FATAL_FAILURE(fill_periodic(y.base, t, py, n));
   ASSERT_NO_FATAL_FAILURE(fill_periodic(dy.base, t, pdy, n));
   ASSERT_EQ(cudaMemset(dx.base, 0xFF, n * 2), cudaSuccess);
-  const int64_t shape[] = {rows, cols};
+  const int64_t shape[] = {rows, cols, inner};
   ASSERT_TRUE(softmax_grad_13({TensorView(dy.base, t, shape, Device::cuda()),
                                TensorView(y.base, t, shape, Device::cuda()),
-                               TensorView(dx.base, t, shape, Device::cuda())})
+                               TensorView(dx.base, t, shape, Device::cuda()), 1})
                   .is_ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<int64_t> check_rows = {0, 1, rows / 2};
   for (int64_t r = rows - 300; r < rows; ++r) check_rows.push_back(r);  // all past element 2^31
   for (int64_t r : check_rows) {
-    const std::vector<double> got = download(dx.base, t, r * cols, cols);
-    double s = 0, s_abs = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      const int64_t i = r * cols + j;
-      s += py[i % py.size()] * pdy[i % pdy.size()];
-      s_abs += std::fabs(py[i % py.size()] * pdy[i % pdy.size()]);
-    }
-    for (int64_t j = 0; j < cols; ++j) {
-      const int64_t i = r * cols + j;
-      const double yv = py[i % py.size()], gv = pdy[i % pdy.size()], want = yv * (gv - s);
-      // One bf16 rounding, plus f32 arithmetic on a sum of `cols` terms (worst case).
-      const double tol = 0x1p-8 * std::fabs(want) + std::fabs(yv) * (cols * 0x1p-24 * s_abs + 0x1p-22 * std::fabs(gv));
-      ASSERT_LE(std::fabs(got[j] - want), tol) << "dX[" << r << ", " << j << "]";
+    const std::vector<double> got = download(dx.base, t, r * cols * inner, cols * inner);
+    for (int64_t c = 0; c < inner; ++c) {
+      double s = 0, s_abs = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t i = (r * cols + j) * inner + c;
+        s += py[i % py.size()] * pdy[i % pdy.size()];
+        s_abs += std::fabs(py[i % py.size()] * pdy[i % pdy.size()]);
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t i = (r * cols + j) * inner + c;
+        const double yv = py[i % py.size()], gv = pdy[i % pdy.size()], want = yv * (gv - s);
+        // One bf16 rounding, plus f32 arithmetic on a sum of `cols` terms (worst case).
+        const double tol =
+            0x1p-8 * std::fabs(want) + std::fabs(yv) * (cols * 0x1p-24 * s_abs + 0x1p-22 * std::fabs(gv));
+        ASSERT_LE(std::fabs(got[j * inner + c] - want), tol) << "dX[" << r << ", " << j << ", " << c << "]";
+      }
     }
   }
 }
+
+TEST_F(Cuda, SoftmaxGradOver2Pow31Elements) { ASSERT_NO_FATAL_FAILURE(check_grad_over_2pow31(1)); }
+TEST_F(Cuda, SoftmaxGradOver2Pow31ElementsOnAMiddleAxis) { ASSERT_NO_FATAL_FAILURE(check_grad_over_2pow31(2)); }
 
 }  // namespace
 }  // namespace gradops::check

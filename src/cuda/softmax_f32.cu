@@ -9,6 +9,8 @@ template Status softmax_block<float>(std::string_view, const Desc&, const Contex
 template Status softmax_cluster_size<float>(std::string_view, const Desc&, const DeviceInfo&, int*);
 template Status softmax_cluster<float>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 template Status softmax_two_pass<float>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
+template Status softmax_strided_held_fits<float>(std::string_view, const Desc&, const StridedPlan&, const DeviceInfo&, bool*);
+template Status softmax_strided_held<float>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 template Status softmax_strided<float>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 
 }  // namespace gradops::cuda

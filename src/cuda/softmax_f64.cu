@@ -9,6 +9,8 @@ template Status softmax_block<double>(std::string_view, const Desc&, const Conte
 template Status softmax_cluster_size<double>(std::string_view, const Desc&, const DeviceInfo&, int*);
 template Status softmax_cluster<double>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 template Status softmax_two_pass<double>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
+template Status softmax_strided_held_fits<double>(std::string_view, const Desc&, const StridedPlan&, const DeviceInfo&, bool*);
+template Status softmax_strided_held<double>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 template Status softmax_strided<double>(std::string_view, const Desc&, const Context&, const DeviceInfo&);
 
 }  // namespace gradops::cuda

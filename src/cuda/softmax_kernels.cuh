@@ -287,6 +287,7 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
     };
     Stat<A> st{-INFINITY, A(0)};
     if (live)
+#pragma unroll 4
       for (int64_t ax = ty; ax < a.len; ax += TY) {
         A ye, ge;
         elem(ax, ye, ge);
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
     __syncthreads();
     const Final<A> f = final_of<K, A>(total[tx]);
     if (live)
+#pragma unroll 4
       for (int64_t ax = ty; ax < a.len; ax += TY) {
         A ye, ge;
         elem(ax, ye, ge);
@@ -309,6 +311,129 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
       }
     __syncthreads();  // part and total are rewritten by the next tile
   }
+}
+
+// ---- cuda:strided_held (inner > 1, the axis held on chip) ---------------------------------------
+
+struct HeldArgs {
+  const void* dy;
+  const void* y;
+  void* out;
+  int64_t outer, len, units, tiles;
+  int tx, ty;
+};
+
+template <class T, int VEC>
+inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(sizeof(T)));
+
+// Thread (tx, ty) of rank r in its cluster holds the units at axis positions (r N + k) TY + ty,
+// k < N, of unit column tile * TX + tx (strided_plan); element j of a unit belongs to column group
+// j of it, so each thread keeps VEC statistics. A group's partial statistics are combined over ty
+// by a fixed pairwise tree, then over the cluster's ranks in rank order, so the bits depend on the
+// shape only. Every tile is read from memory once.
+template <SoftmaxKind K, class T, int VEC, bool kCluster>
+__global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldArgs a) {
+  constexpr int N = kHeldUnits<T, VEC>;
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  using R = StreamOp<K, A>;
+  using V = typename R::V;
+  __shared__ V part[VEC][kStridedHeldThreads];                // [element of the unit][thread]
+  __shared__ V rank_total[2][kStridedHeldClusterGroups];  // [parity][tx * VEC + j], read by the cluster's other blocks
+  const int TX = a.tx, TY = a.ty, t = static_cast<int>(threadIdx.x);
+  const int tx = t % TX, ty = t / TX;
+  int rank = 0, C = 1;
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) {
+    rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+    C = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+  }
+#endif
+  const P* yp = static_cast<const P*>(a.y);
+  const P* gp = static_cast<const P*>(a.dy);
+  P* outp = static_cast<P*>(a.out);
+  const int64_t columns = a.outer * a.units;
+  int parity = 0;
+  for (int64_t tile = blockIdx.x / C; tile < a.tiles; tile += gridDim.x / C, parity ^= 1) {
+    const int64_t c = tile * TX + tx;
+    const bool live = c < columns;
+    const int64_t base = live ? (c / a.units) * a.len * a.units + c % a.units : 0;
+    const int64_t ax0 = (int64_t{rank} * N) * TY + ty;
+    P y[N], g[N];
+    bool valid[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t ax = ax0 + int64_t{k} * TY;
+      valid[k] = live && ax < a.len;
+      if (valid[k]) {
+        y[k] = yp[base + ax * a.units];
+        if constexpr (is_grad(K)) g[k] = gp[base + ax * a.units];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if constexpr (is_grad(K)) {
+        A s = A(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (valid[k]) s = Held<K, T, VEC, N>::term(s, unpack(y[k], j), unpack(g[k], j));
+        part[j][t] = s;
+      } else {
+        A m = -INFINITY, s = A(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (valid[k]) m = max_nan(m, unpack(y[k], j));
+        if (m != -INFINITY)  // else every element is -inf (or the thread holds none)
+#pragma unroll
+          for (int k = 0; k < N; ++k)
+            if (valid[k]) s += dexp(unpack(y[k], j) - m);
+        part[j][t] = Stat<A>{m, s};
+      }
+    }
+    __syncthreads();
+    for (int step = 1; step < TY; step *= 2) {
+      if (ty % (2 * step) == 0 && ty + step < TY)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) part[j][t] = R::combine(part[j][t], part[j][t + step * TX]);
+      __syncthreads();
+    }
+#if defined(_CG_HAS_CLUSTER_GROUP)
+    if constexpr (kCluster) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      if (ty == 0)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) rank_total[parity][tx * VEC + j] = part[j][tx];
+      cluster.sync();
+      if (ty == 0)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          V* mine = &rank_total[parity][tx * VEC + j];
+          V v = *cluster.map_shared_rank(mine, 0);
+          for (int r = 1; r < C; ++r) v = R::combine(v, *cluster.map_shared_rank(mine, r));
+          part[j][tx] = v;
+        }
+      __syncthreads();
+    }
+#endif
+    Final<A> f[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f[j] = final_of<K, A>(part[j][tx]);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (valid[k]) {
+        P o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          A gj = A(0);
+          if constexpr (is_grad(K)) gj = unpack(g[k], j);
+          o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f[j], unpack(y[k], j), gj));
+        }
+        outp[base + (ax0 + int64_t{k} * TY) * a.units] = o;
+      }
+    __syncthreads();  // part is rewritten by the next tile
+  }
+  cluster_exit<kCluster ? 2 : 1>();
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -620,6 +745,72 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
                 dim3(tx, ty), stream_of(ctx), a);
 }
 
+// The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled
+// on this device, asked once per device and cluster size at the largest block (fewer threads
+// fit wherever that does); with ctx, it also launches, one tile per cluster.
+template <SoftmaxKind K, class T, int VEC, bool kCluster>
+Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
+                   const Context* ctx, bool* fits) {
+  constexpr auto kernel = strided_held_kernel<K, T, VEC, kCluster>;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(p.blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.blocks));
+  cfg.blockDim = dim3(kStridedHeldThreads);
+  cfg.attrs = kCluster ? &cluster : nullptr;
+  cfg.numAttrs = kCluster ? 1 : 0;
+  *fits = true;
+  if constexpr (kCluster) {
+    constexpr int kDevices = 16;
+    static std::atomic<int> cache[kDevices][kMaxCluster + 1];  // 0: not asked yet, 1: no, 2: yes
+    const bool cacheable = dev.ordinal < kDevices && p.blocks <= kMaxCluster;
+    const int known = cacheable ? cache[dev.ordinal][p.blocks].load(std::memory_order_relaxed) : 0;
+    if (known > 0) {
+      *fits = known == 2;
+    } else {
+      *fits = false;
+      cudaFuncAttributes attr{};
+      if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+      if (dev.cluster_launch && attr.binaryVersion >= 90) {
+        if (p.blocks > 8)
+          if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                                   "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+              !s)
+            return s;
+        int clusters = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+        if (e == cudaErrorInvalidClusterSize) {
+          (void)cudaGetLastError();
+        } else {
+          if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+          *fits = clusters >= 1;
+        }
+      }
+      if (cacheable) cache[dev.ordinal][p.blocks].store(*fits ? 2 : 1, std::memory_order_relaxed);
+    }
+  }
+  if (!ctx || !*fits) return {};
+  const int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(p.tx * p.ty));
+  cfg.stream = stream_of(*ctx);
+  const HeldArgs a{d.dy, d.y, d.out, d.outer, d.axis_len, p.units, p.tiles, p.tx, p.ty};
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the strided held launch");
+}
+
+template <SoftmaxKind K, class T>
+Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
+                        const Context* ctx, bool* fits) {
+  if (p.vec > 1)
+    return p.blocks > 1 ? held_launch<K, T, kPackElems<T>, true>(op, d, p, dev, ctx, fits)
+                        : held_launch<K, T, kPackElems<T>, false>(op, d, p, dev, ctx, fits);
+  return p.blocks > 1 ? held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits)
+                      : held_launch<K, T, 1, false>(op, d, p, dev, ctx, fits);
+}
+
 }  // namespace
 
 // ---- the rows' entries (softmax_rows.cuh) ---------------------------------------------------------
@@ -665,6 +856,29 @@ Status softmax_two_pass(std::string_view op, const SoftmaxDesc& d, const Context
     constexpr SoftmaxKind K = decltype(kind)::value;
     return congruent(d) ? run_two_pass<K, T, kPackElems<T>>(op, d, ctx, dev) : run_two_pass<K, T, 1>(op, d, ctx, dev);
   });
+}
+
+template <class T>
+Status softmax_strided_held_fits(std::string_view op, const SoftmaxDesc& d, const StridedPlan& plan,
+                                 const DeviceInfo& dev, bool* fits) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    return run_strided_held<decltype(kind)::value, T>(op, d, plan, dev, nullptr, fits);
+  });
+}
+
+template <class T>
+Status softmax_strided_held(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  const StridedPlan plan = strided_plan(d);
+  bool fits = false;
+  if (Status s = visit_kind(d.kind, [&](auto kind) -> Status {
+        return run_strided_held<decltype(kind)::value, T>(op, d, plan, dev, &ctx, &fits);
+      });
+      !s)
+    return s;
+  if (!fits)
+    return Status(StatusCode::internal,
+                  std::string(op) + ": cuda:strided_held found no cluster it can co-schedule, yet did not decline");
+  return {};
 }
 
 template <class T>

@@ -10,7 +10,9 @@
 //                         cluster that holds it can be co-scheduled on this device (Hopper)
 //   cuda:two_pass         the rest: the row streamed twice
 // A non-last axis (inner > 1):
-//   cuda:strided          threads along inner, lanes along the axis, two passes
+//   cuda:strided_held     the axis held in registers: threads along inner, lanes along the axis,
+//                         a cluster of up to 16 blocks where one block cannot hold it
+//   cuda:strided          the rest (axes longer than 16 blocks hold): two passes
 //
 // The kernels are in softmax_kernels.cuh, compiled per storage type (softmax_<dtype>.cu).
 #include "cuda/softmax_rows.cuh"
@@ -96,6 +98,29 @@ const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d) { return cuda::
 Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx) {
   return cuda::run_row(d, [&](auto tag, std::string_view op, const cuda::DeviceInfo& dev) {
     return cuda::softmax_two_pass<decltype(tag)>(op, d, ctx, dev);
+  });
+}
+
+// Like the cluster row, asks the device whether the plan's clusters can be co-scheduled.
+const char* cuda_softmax_strided_held_declines(const SoftmaxDesc& d) {
+  if (!cuda::element_aligned(d)) return "declines: a pointer is not aligned to its element size";
+  if (d.inner == 1) return "declines: the axis is the last one";
+  const cuda::StridedPlan plan = cuda::strided_plan(d);
+  if (plan.blocks == 0) return "declines: the axis is longer than a cluster of 16 blocks holds";
+  if (plan.blocks == 1 || d.outer == 0 || d.axis_len == 0) return nullptr;
+  const std::string_view op = op_schema(d.op).name;
+  cuda::DeviceInfo dev;
+  if (!cuda::current_device(op, &dev)) return nullptr;
+  bool fits = false;
+  const Status s = cuda::visit_storage(d.dtype, [&](auto tag) -> Status {
+    return cuda::softmax_strided_held_fits<decltype(tag)>(op, d, plan, dev, &fits);
+  });
+  if (s && !fits) return "declines: no cluster of blocks that holds the axis can be co-scheduled on this device";
+  return nullptr;
+}
+Status cuda_softmax_strided_held(const SoftmaxDesc& d, const Context& ctx) {
+  return cuda::run_row(d, [&](auto tag, std::string_view op, const cuda::DeviceInfo& dev) {
+    return cuda::softmax_strided_held<decltype(tag)>(op, d, ctx, dev);
   });
 }
 

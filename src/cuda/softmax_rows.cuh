@@ -7,6 +7,7 @@
 // accepted.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -104,6 +105,64 @@ inline bool two_passes_faster(const SoftmaxDesc& d) {
   return !is_grad(d.kind) && d.dtype == DType::f64 && blocks_per_row(d) >= 8;
 }
 
+// ---- a non-last axis (inner > 1) --------------------------------------------------------------
+
+// cuda:strided_held: a block is TX x TY threads, TX units (an element, or a 16-byte pack where inner
+// is a multiple of one and every pointer 16-byte aligned) of consecutive columns of the flattened
+// [outer, inner] space by TY lanes along the axis; each thread holds strided_held_units of each
+// input, N units at axis positions TY apart, so every load instruction of the block reads TY rows
+// of TX units and the loads of a thread are independent. An axis longer than one block holds is
+// split over a cluster of up to 16 blocks. TX is at least 128 bytes of a row where inner allows
+// (whole cache lines); where the axis is short, fewer lanes along it and more columns.
+constexpr int kStridedHeldThreads = 256;
+constexpr int kStridedHeldBytes = 64;  // per input and thread: 16 f32 registers
+// Units a thread holds per input: kStridedHeldBytes, at most 16 (32 single 16-bit elements took 175
+// to 185 registers, one block a multiprocessor).
+constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / unit_bytes < 16 ? kStridedHeldBytes / unit_bytes : 16; }
+// Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over
+// a cluster is 128 bytes of a row wide (TX = 128 / unit), so 128 / element size groups.
+constexpr int kStridedHeldClusterGroups = 64;
+
+struct StridedPlan {
+  int vec = 1;     // elements per unit
+  int n = 0;       // units a thread holds per input
+  int tx = 0, ty = 0;
+  int blocks = 0;  // per column tile (a cluster where > 1); 0: no cluster of up to 16 holds the axis
+  int64_t units = 0;  // units per inner row
+  int64_t tiles = 0;  // column tiles of tx units
+};
+
+inline bool strided_packs(const SoftmaxDesc& d) {
+  if (d.inner % pack_elems(d) != 0) return false;
+  for (const void* p : {d.dy, d.y, static_cast<const void*>(d.out)})
+    if (p && misalignment16(p) != 0) return false;
+  return true;
+}
+
+inline StridedPlan strided_plan(const SoftmaxDesc& d) {
+  StridedPlan p;
+  p.vec = strided_packs(d) ? static_cast<int>(pack_elems(d)) : 1;
+  const int unit = p.vec * static_cast<int>(elem_size(d));
+  p.n = strided_held_units(unit);
+  p.units = d.inner / p.vec;
+  const int64_t line = std::max(1, 128 / unit);
+  const int tx_min = static_cast<int>(std::min(p.units, line));
+  const int64_t lanes = ceil_div(d.axis_len, p.n);  // lanes along the axis one block would need
+  if (lanes * tx_min <= kStridedHeldThreads) {
+    p.ty = static_cast<int>(lanes);
+    p.tx = kStridedHeldThreads / p.ty;
+    if (p.units <= p.tx) p.tx = static_cast<int>(p.units * (p.tx / p.units));  // whole inner rows a tile
+    p.blocks = 1;
+  } else {
+    p.tx = tx_min;
+    p.ty = kStridedHeldThreads / p.tx;
+    const int64_t blocks = ceil_div(d.axis_len, int64_t{p.ty} * p.n);
+    p.blocks = blocks <= kMaxCluster ? static_cast<int>(blocks) : 0;
+  }
+  p.tiles = ceil_div(d.outer * p.units, p.tx);
+  return p;
+}
+
 // ---- the rows' kernels ----------------------------------------------------------------------------
 
 template <class T>
@@ -121,6 +180,12 @@ template <class T>
 Status softmax_cluster(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
 template <class T>
 Status softmax_two_pass(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
+// *fits: whether clusters of plan.blocks blocks of the held kernel can be co-scheduled here.
+template <class T>
+Status softmax_strided_held_fits(std::string_view op, const SoftmaxDesc& d, const StridedPlan& plan,
+                                 const DeviceInfo& dev, bool* fits);
+template <class T>
+Status softmax_strided_held(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
 template <class T>
 Status softmax_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev);
 

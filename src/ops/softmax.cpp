@@ -16,6 +16,7 @@ constexpr Impl<SoftmaxDesc> kImpls[] = {
     {"cuda:block_per_row", DeviceType::cuda, cuda_softmax_block_declines, cuda_softmax_block},
     {"cuda:cluster_per_row", DeviceType::cuda, cuda_softmax_cluster_declines, cuda_softmax_cluster},
     {"cuda:two_pass", DeviceType::cuda, cuda_softmax_two_pass_declines, cuda_softmax_two_pass},
+    {"cuda:strided_held", DeviceType::cuda, cuda_softmax_strided_held_declines, cuda_softmax_strided_held},
     {"cuda:strided", DeviceType::cuda, cuda_softmax_strided_declines, cuda_softmax_strided},
 #endif
 };

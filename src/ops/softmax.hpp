@@ -76,6 +76,8 @@ const char* cuda_softmax_cluster_declines(const SoftmaxDesc& d);
 Status cuda_softmax_cluster(const SoftmaxDesc& d, const Context& ctx);
 const char* cuda_softmax_two_pass_declines(const SoftmaxDesc& d);
 Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx);
+const char* cuda_softmax_strided_held_declines(const SoftmaxDesc& d);
+Status cuda_softmax_strided_held(const SoftmaxDesc& d, const Context& ctx);
 const char* cuda_softmax_strided_declines(const SoftmaxDesc& d);
 Status cuda_softmax_strided(const SoftmaxDesc& d, const Context& ctx);
 

@@ -51,12 +51,15 @@ TEST_F(Cuda, SoftmaxMatchesOracleAndCpu) {
       }
 }
 
-// A non-last axis, [outer, axis, inner]: inner below, at and above a 16-byte pack, odd; axes held by
-// part of a block, a block, clusters of 2 to 16 blocks, and longer ones (cuda:strided).
+// A non-last axis, [outer, axis, inner]: inner below, at and above a 16-byte pack, odd, and folded
+// into packs (inner dividing a pack, whole packs a slice) or not; axes held by part of a block, a
+// block, clusters of 2 to 16 blocks, and longer ones (cuda:strided).
 TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
   const std::vector<std::vector<int64_t>> shapes = {
       {3, 1, 5},    {2, 2, 3},      {4, 7, 8},    {3, 33, 96},   {2, 16, 4096}, {5, 100, 17},
-      {3, 1000, 3}, {2, 5000, 2},   {1, 9000, 8}, {1, 32000, 2}, {1, 40000, 2}, {2, 600, 4100}};
+      {3, 1000, 3}, {2, 5000, 2},   {1, 9000, 8}, {1, 32000, 2}, {1, 40000, 2}, {2, 300, 1028},
+      {3, 6, 2},    {5, 64, 4},     {3, 7, 2},    {4, 3000, 4},  {4, 100, 3},   {3, 50, 6},
+      {2, 64, 7},   {2, 1000, 5},   {2, 5, 3},    {3, 8000, 3}};
   uint64_t seed = 5000;
   for (OpId id : family_ops(OpFamily::softmax)) {
     if (!single_axis(id)) continue;

@@ -320,28 +320,120 @@ struct HeldArgs {
   const void* y;
   void* out;
   int64_t outer, len, units, tiles;
-  int tx, ty;
+  int tx, ty, fold;
 };
 
 template <class T, int VEC>
 inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(sizeof(T)));
 
+// The shared memory the held kernel's reductions go through, and where a thread sits.
+template <int VEC, class A>
+struct HeldSmem {
+  A part[VEC][kStridedHeldThreads];            // [element of the unit][thread]
+  A rank_total[2][kStridedHeldClusterGroups];  // [parity][tx * VEC + j], read by the other ranks
+};
+struct HeldPos {
+  int t, tx, ty, TX, TY, C, fold, units;
+  bool shuffle;  // TX a power of two and the block whole warps
+  int parity;  // of rank_total, alternating per reduction
+};
+
+// Each thread's VEC values v[j] combined over the tile's lanes along the axis, then over the
+// cluster's ranks in rank order, then, where folded, over the elements of one group: every thread
+// of column tx gets its groups' totals in v, the same bits on every run. Over the lanes: where TX
+// is a power of two and the block whole warps, an xor butterfly over the lanes of a column within
+// each warp, then the warps' partials (at most 8) in order; otherwise a pairwise tree over ty in
+// shared memory, a barrier a level (eight levels for TY = 256 took longer than the tile's loads).
+// Either way the block's totals end in part[j][tx].
+template <bool kCluster, int VEC, class A, class Op>
+__device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h, A (&v)[VEC], Op op) {
+  if (h.shuffle) {
+    for (int mask = h.TX; mask < 32; mask *= 2)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = op(v[j], __shfl_xor_sync(0xffffffffu, v[j], mask));
+    const int s = h.TX < 32 ? 32 / h.TX : 1, groups = h.TY / s;
+    if (h.ty % s == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sm.part[j][(h.ty / s) * h.TX + h.tx] = v[j];
+    __syncthreads();
+    // Lane ty = 0 of each column combines the groups (every thread doing so cost more in shared
+    // memory reads than a second barrier).
+    if (h.ty == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        A x = sm.part[j][h.tx];
+        for (int g = 1; g < groups; ++g) x = op(x, sm.part[j][g * h.TX + h.tx]);
+        sm.part[j][h.tx] = x;
+      }
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) sm.part[j][h.t] = v[j];
+    __syncthreads();
+    for (int step = 1; step < h.TY; step *= 2) {
+      if (h.ty % (2 * step) == 0 && h.ty + step < h.TY)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sm.part[j][h.t] = op(sm.part[j][h.t], sm.part[j][h.t + step * h.TX]);
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];  // the block's totals, in part[j][tx] both ways
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (h.ty == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sm.rank_total[h.parity][h.tx * VEC + j] = v[j];
+    cluster.sync();  // also: every thread of the block is done reading part
+    // Lane ty = j takes element j (the cluster path has TY >= 4 VEC): the ranks' values are
+    // loaded at once and then combined in rank order (a chain of dependent remote loads took
+    // longer than the tile's own).
+    if (h.ty < VEC) {
+      A* mine = &sm.rank_total[h.parity][h.tx * VEC + h.ty];
+      A x[kMaxCluster];
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r)
+        if (r < h.C) x[r] = *cluster.map_shared_rank(mine, r);
+#pragma unroll
+      for (int r = 1; r < kMaxCluster; ++r)
+        if (r < h.C) x[0] = op(x[0], x[r]);
+      sm.part[h.ty][h.tx] = x[0];
+    }
+    h.parity ^= 1;  // a buffer is written again only after the next cluster barrier
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];
+  }
+#endif
+  if (VEC > 1 && h.fold > 1) {
+    // Folded: this unit is element u * VEC .. of its row, whose units are threads tx - u ..
+    const int u = h.tx % h.units, first = h.tx - u, row = h.units * VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const int i = (u * VEC + j) % h.fold;
+      v[j] = sm.part[i % VEC][first + i / VEC];
+      for (int e = i + h.fold; e < row; e += h.fold) v[j] = op(v[j], sm.part[e % VEC][first + e / VEC]);
+    }
+  }
+  __syncthreads();  // part is written again by the next reduction
+}
+
 // Thread (tx, ty) of rank r in its cluster holds the units at axis positions (r N + k) TY + ty,
 // k < N, of unit column tile * TX + tx (strided_plan); element j of a unit belongs to column group
-// j of it, so each thread keeps VEC statistics. A group's partial statistics are combined over ty
-// by a fixed pairwise tree, then over the cluster's ranks in rank order, so the bits depend on the
-// shape only. Every tile is read from memory once.
+// j of it (folded: element e of a row, group e mod inner), so each thread keeps VEC statistics.
+// Gradients reduce once (the sum); forwards twice, the max and then the sum of exp(x - max) (a
+// combine of running (max, sum) pairs costs two exps, and a tree of them took longer than the
+// tile's loads). Every tile is read from memory once.
 template <SoftmaxKind K, class T, int VEC, bool kCluster>
 __global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldArgs a) {
   constexpr int N = kHeldUnits<T, VEC>;
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  using R = StreamOp<K, A>;
-  using V = typename R::V;
-  __shared__ V part[VEC][kStridedHeldThreads];                // [element of the unit][thread]
-  __shared__ V rank_total[2][kStridedHeldClusterGroups];  // [parity][tx * VEC + j], read by the cluster's other blocks
-  const int TX = a.tx, TY = a.ty, t = static_cast<int>(threadIdx.x);
-  const int tx = t % TX, ty = t / TX;
+  __shared__ HeldSmem<VEC, A> sm;
+  const int t = static_cast<int>(threadIdx.x);
+  const int tx = t % a.tx, ty = t / a.tx;
   int rank = 0, C = 1;
 #if defined(_CG_HAS_CLUSTER_GROUP)
   if constexpr (kCluster) {
@@ -349,76 +441,64 @@ __global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldA
     C = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
   }
 #endif
+  HeldPos h{t, tx, ty, a.tx, a.ty, C, a.fold, static_cast<int>(a.units),
+            (a.tx & (a.tx - 1)) == 0 && a.tx * a.ty % 32 == 0, 0};
   const P* yp = static_cast<const P*>(a.y);
   const P* gp = static_cast<const P*>(a.dy);
   P* outp = static_cast<P*>(a.out);
   const int64_t columns = a.outer * a.units;
-  int parity = 0;
-  for (int64_t tile = blockIdx.x / C; tile < a.tiles; tile += gridDim.x / C, parity ^= 1) {
-    const int64_t c = tile * TX + tx;
+  for (int64_t tile = blockIdx.x / C; tile < a.tiles; tile += gridDim.x / C) {
+    const int64_t c = tile * a.tx + tx;
     const bool live = c < columns;
     const int64_t base = live ? (c / a.units) * a.len * a.units + c % a.units : 0;
-    const int64_t ax0 = (int64_t{rank} * N) * TY + ty;
+    const int64_t ax0 = (int64_t{rank} * N) * a.ty + ty;
     P y[N], g[N];
     bool valid[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const int64_t ax = ax0 + int64_t{k} * TY;
+      const int64_t ax = ax0 + int64_t{k} * a.ty;
       valid[k] = live && ax < a.len;
       if (valid[k]) {
         y[k] = yp[base + ax * a.units];
         if constexpr (is_grad(K)) g[k] = gp[base + ax * a.units];
       }
     }
+    // Each group's Final as (a[j], b[j]); written in place of the reductions' values.
+    A a_[VEC], b_[VEC];
+    A (&v)[VEC] = b_;
+    if constexpr (is_grad(K)) {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      if constexpr (is_grad(K)) {
-        A s = A(0);
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-          if (valid[k]) s = Held<K, T, VEC, N>::term(s, unpack(y[k], j), unpack(g[k], j));
-        part[j][t] = s;
-      } else {
-        A m = -INFINITY, s = A(0);
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = A(0);
 #pragma unroll
         for (int k = 0; k < N; ++k)
-          if (valid[k]) m = max_nan(m, unpack(y[k], j));
-        if (m != -INFINITY)  // else every element is -inf (or the thread holds none)
+          if (valid[k]) v[j] = Held<K, T, VEC, N>::term(v[j], unpack(y[k], j), unpack(g[k], j));
+      }
+      held_allreduce<kCluster>(sm, h, v, [](A x, A z) { return add_rn(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) a_[j] = v[j];
+    } else {
+      A (&m)[VEC] = a_;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        m[j] = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (valid[k]) m[j] = max_nan(m[j], unpack(y[k], j));
+      }
+      held_allreduce<kCluster>(sm, h, m, [](A x, A z) { return max_nan(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = A(0);
+        if (m[j] != -INFINITY)  // else every element of the group is -inf
 #pragma unroll
           for (int k = 0; k < N; ++k)
-            if (valid[k]) s += dexp(unpack(y[k], j) - m);
-        part[j][t] = Stat<A>{m, s};
+            if (valid[k]) v[j] += dexp(unpack(y[k], j) - m[j]);
       }
+      held_allreduce<kCluster>(sm, h, v, [](A x, A z) { return add_rn(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) b_[j] = final_of<K, A>(m[j], v[j]).b;
     }
-    __syncthreads();
-    for (int step = 1; step < TY; step *= 2) {
-      if (ty % (2 * step) == 0 && ty + step < TY)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) part[j][t] = R::combine(part[j][t], part[j][t + step * TX]);
-      __syncthreads();
-    }
-#if defined(_CG_HAS_CLUSTER_GROUP)
-    if constexpr (kCluster) {
-      namespace cg = cooperative_groups;
-      cg::cluster_group cluster = cg::this_cluster();
-      if (ty == 0)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) rank_total[parity][tx * VEC + j] = part[j][tx];
-      cluster.sync();
-      if (ty == 0)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          V* mine = &rank_total[parity][tx * VEC + j];
-          V v = *cluster.map_shared_rank(mine, 0);
-          for (int r = 1; r < C; ++r) v = R::combine(v, *cluster.map_shared_rank(mine, r));
-          part[j][tx] = v;
-        }
-      __syncthreads();
-    }
-#endif
-    Final<A> f[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) f[j] = final_of<K, A>(part[j][tx]);
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
@@ -427,11 +507,10 @@ __global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldA
         for (int j = 0; j < VEC; ++j) {
           A gj = A(0);
           if constexpr (is_grad(K)) gj = unpack(g[k], j);
-          o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f[j], unpack(y[k], j), gj));
+          o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(Final<A>{a_[j], b_[j]}, unpack(y[k], j), gj));
         }
-        outp[base + (ax0 + int64_t{k} * TY) * a.units] = o;
+        outp[base + (ax0 + int64_t{k} * a.ty) * a.units] = o;
       }
-    __syncthreads();  // part is rewritten by the next tile
   }
   cluster_exit<kCluster ? 2 : 1>();
 }
@@ -793,11 +872,22 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
     }
   }
   if (!ctx || !*fits) return {};
-  const int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
   cfg.blockDim = dim3(static_cast<unsigned>(p.tx * p.ty));
+  // Plain blocks take a tile each. Clusters stay resident and loop over the tiles: launched one
+  // tile each, clusters of 8 to 16 ran at 0.24 to 0.71 of copy on an H100 (each must wait for that
+  // many free multiprocessors of one GPC).
+  int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
+  if constexpr (kCluster) {
+    int resident = 0;
+    if (Status s = status_of(cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg), op,
+                             "cudaOccupancyMaxActiveClusters");
+        !s)
+      return s;
+    clusters = even_grid(p.tiles, std::max(resident, 1));
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
   cfg.stream = stream_of(*ctx);
-  const HeldArgs a{d.dy, d.y, d.out, d.outer, d.axis_len, p.units, p.tiles, p.tx, p.ty};
+  const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tiles, p.tx, p.ty, p.fold};
   return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the strided held launch");
 }
 

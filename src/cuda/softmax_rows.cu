@@ -105,9 +105,10 @@ Status cuda_softmax_two_pass(const SoftmaxDesc& d, const Context& ctx) {
 const char* cuda_softmax_strided_held_declines(const SoftmaxDesc& d) {
   if (!cuda::element_aligned(d)) return "declines: a pointer is not aligned to its element size";
   if (d.inner == 1) return "declines: the axis is the last one";
+  if (d.outer == 0 || d.axis_len == 0 || d.inner == 0) return nullptr;  // nothing to launch
   const cuda::StridedPlan plan = cuda::strided_plan(d);
   if (plan.blocks == 0) return "declines: the axis is longer than a cluster of 16 blocks holds";
-  if (plan.blocks == 1 || d.outer == 0 || d.axis_len == 0) return nullptr;
+  if (plan.blocks == 1) return nullptr;
   const std::string_view op = op_schema(d.op).name;
   cuda::DeviceInfo dev;
   if (!cuda::current_device(op, &dev)) return nullptr;

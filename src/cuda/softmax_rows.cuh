@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/softmax.cuh"
@@ -125,6 +126,8 @@ constexpr int kStridedHeldClusterGroups = 64;
 
 struct StridedPlan {
   int vec = 1;     // elements per unit
+  int fold = 1;    // > 1: inner, folded into rows of lcm(inner, vec) elements (see below)
+  int64_t len = 0;    // rows of units: the axis length, or len * inner / lcm(inner, vec) where folded
   int n = 0;       // units a thread holds per input
   int tx = 0, ty = 0;
   int blocks = 0;  // per column tile (a cluster where > 1); 0: no cluster of up to 16 holds the axis
@@ -132,22 +135,44 @@ struct StridedPlan {
   int64_t tiles = 0;  // column tiles of tx units
 };
 
-inline bool strided_packs(const SoftmaxDesc& d) {
-  if (d.inner % pack_elems(d) != 0) return false;
+inline bool all_aligned16(const SoftmaxDesc& d) {
   for (const void* p : {d.dy, d.y, static_cast<const void*>(d.out)})
     if (p && misalignment16(p) != 0) return false;
   return true;
 }
 
+// An inner size that is not a whole number of packs is folded where whole packs still tile the
+// tensor: an outer slice [len, inner] is contiguous, so it is read as rows of P = lcm(inner, pack)
+// elements, P / pack units each, len * inner / P of them, and element e of such a row belongs to
+// column group e mod inner. The kernel keeps a statistic per element of a unit as for any pack and
+// combines those of one group in element order at the end. Otherwise such inner sizes would move
+// one element per access. A row is at most 128 bytes, so that a tile holds whole rows.
+inline int64_t lcm64(int64_t a, int64_t b) {
+  int64_t x = a, y = b;
+  while (y != 0) x = std::exchange(y, x % y);
+  return a / x * b;
+}
+
 inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   StridedPlan p;
-  p.vec = strided_packs(d) ? static_cast<int>(pack_elems(d)) : 1;
+  if (d.outer <= 0 || d.axis_len <= 0 || d.inner <= 0) return p;  // empty: nothing runs
+  const int64_t pe = pack_elems(d);
+  const int64_t es = static_cast<int64_t>(elem_size(d));
+  p.len = d.axis_len;
+  if (all_aligned16(d) && d.inner % pe == 0) {
+    p.vec = static_cast<int>(pe);
+  } else if (const int64_t row = d.inner <= 128 ? lcm64(d.inner, pe) : 0;
+             all_aligned16(d) && row > 0 && row * es <= 128 && d.axis_len % (row / d.inner) == 0) {
+    p.vec = static_cast<int>(pe);
+    p.fold = static_cast<int>(d.inner);
+    p.len = d.axis_len / (row / d.inner);
+  }
   const int unit = p.vec * static_cast<int>(elem_size(d));
   p.n = strided_held_units(unit);
-  p.units = d.inner / p.vec;
+  p.units = p.fold > 1 ? lcm64(d.inner, pe) / pe : d.inner / p.vec;
   const int64_t line = std::max(1, 128 / unit);
   const int tx_min = static_cast<int>(std::min(p.units, line));
-  const int64_t lanes = ceil_div(d.axis_len, p.n);  // lanes along the axis one block would need
+  const int64_t lanes = ceil_div(p.len, p.n);  // lanes along the axis one block would need
   if (lanes * tx_min <= kStridedHeldThreads) {
     p.ty = static_cast<int>(lanes);
     p.tx = kStridedHeldThreads / p.ty;
@@ -156,7 +181,7 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   } else {
     p.tx = tx_min;
     p.ty = kStridedHeldThreads / p.tx;
-    const int64_t blocks = ceil_div(d.axis_len, int64_t{p.ty} * p.n);
+    const int64_t blocks = ceil_div(p.len, int64_t{p.ty} * p.n);
     p.blocks = blocks <= kMaxCluster ? static_cast<int>(blocks) : 0;
   }
   p.tiles = ceil_div(d.outer * p.units, p.tx);

@@ -14,7 +14,8 @@ import sys
 
 DTYPES = {"float32": ("f32", "tab:blue"), "bfloat16": ("bf16", "tab:orange"), "float16": ("f16", "tab:green")}
 FAMILY_TITLES = {"elementwise": "elementwise gradients", "bias_gelu": "bias-GELU gradients (+dB: with the bias grad)",
-                 "softmax": "softmax gradients", "forward": "forwards"}
+                 "softmax": "softmax gradients", "forward": "forwards",
+                 "softmax_axis": "softmax family on axis 1 of [outer, axis, inner]"}
 
 
 def groups_of(rows):

@@ -1,5 +1,6 @@
 // Softmax family, CUDA: the rows' kernels for bf16 tensors (see softmax_rows.cuh).
 #include "cuda/softmax_kernels.cuh"
+#include "cuda/softmax_strided.cuh"
 
 namespace gradops::cuda {
 

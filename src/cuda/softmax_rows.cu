@@ -14,7 +14,8 @@
 //                         a cluster of up to 16 blocks where one block cannot hold it
 //   cuda:strided          the rest (axes longer than 16 blocks hold): two passes
 //
-// The kernels are in softmax_kernels.cuh, compiled per storage type (softmax_<dtype>.cu).
+// The kernels are in softmax_kernels.cuh (rows) and softmax_strided.cuh (a non-last axis), compiled
+// per storage type (softmax_<dtype>.cu).
 #include "cuda/softmax_rows.cuh"
 
 namespace gradops::cuda {

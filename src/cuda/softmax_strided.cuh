@@ -1,0 +1,406 @@
+// Softmax family, CUDA kernels for a non-last axis (inner > 1), included after softmax_kernels.cuh
+// by each storage type's unit (softmax_<dtype>.cu), whose helpers they use:
+//   cuda:strided_held   each column group's share of the axis held in registers by a block, or a
+//                       cluster of up to 16 blocks, so the tensor is read once (strided_plan in
+//                       softmax_rows.cuh says how a shape is laid out)
+//   cuda:strided        the rest: threads along inner, lanes along the axis, two passes
+#pragma once
+
+#include "cuda/softmax_kernels.cuh"
+
+namespace gradops::cuda {
+namespace {
+
+// ---- cuda:strided (inner > 1) ---------------------------------------------------------------
+
+constexpr int kStridedThreads = 256;
+
+struct StridedArgs {
+  const void* dy;
+  const void* y;
+  void* out;
+  int64_t outer, len, inner;
+};
+
+// blockDim = (TX, TY): threadIdx.x walks TX consecutive groups (o, i) of the flattened outer x
+// inner space, so a warp reads TX consecutive i (or, for small inner, a few axis steps of them);
+// threadIdx.y takes axis positions ty, ty + TY, ...; the TY partial statistics of a group are
+// combined in order.
+template <SoftmaxKind K, class T>
+__global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a) {
+  using A = compute_t<T>;
+  using R = StreamOp<K, A>;
+  using V = typename R::V;
+  __shared__ V part[kStridedThreads];
+  __shared__ V total[32];
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* y = static_cast<const T*>(a.y);
+  T* out = static_cast<T*>(a.out);
+  const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+  const int64_t groups = a.outer * a.inner;
+  const int64_t step = a.inner;
+  for (int64_t tile = blockIdx.x; tile * TX < groups; tile += gridDim.x) {
+    const int64_t c = tile * TX + tx;
+    const bool live = c < groups;
+    const int64_t base = live ? (c / a.inner) * a.len * a.inner + c % a.inner : 0;
+    auto elem = [&](int64_t ax, A& ye, A& ge) {
+      ye = to_compute(y[base + ax * step]);
+      ge = A(0);
+      if constexpr (is_grad(K)) ge = to_compute(dy[base + ax * step]);
+    };
+    Stat<A> st{-INFINITY, A(0)};
+    if (live)
+#pragma unroll 4
+      for (int64_t ax = ty; ax < a.len; ax += TY) {
+        A ye, ge;
+        elem(ax, ye, ge);
+        push<K>(st, ye, ge);
+      }
+    part[ty * TX + tx] = stream_value<K>(st);
+    __syncthreads();
+    if (ty == 0) {
+      V v = part[tx];
+      for (int k = 1; k < TY; ++k) v = R::combine(v, part[k * TX + tx]);
+      total[tx] = v;
+    }
+    __syncthreads();
+    const Final<A> f = final_of<K, A>(total[tx]);
+    if (live)
+#pragma unroll 4
+      for (int64_t ax = ty; ax < a.len; ax += TY) {
+        A ye, ge;
+        elem(ax, ye, ge);
+        out[base + ax * step] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
+      }
+    __syncthreads();  // part and total are rewritten by the next tile
+  }
+}
+
+// ---- cuda:strided_held (inner > 1, the axis held on chip) ---------------------------------------
+
+struct HeldArgs {
+  const void* dy;
+  const void* y;
+  void* out;
+  int64_t outer, len, units, tiles;
+  int tx, ty, fold;
+};
+
+template <class T, int VEC>
+inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(sizeof(T)));
+
+// The shared memory the held kernel's reductions go through, and where a thread sits.
+template <int VEC, class A>
+struct HeldSmem {
+  A part[VEC][kStridedHeldThreads];            // [element of the unit][thread]
+  A rank_total[2][kStridedHeldClusterGroups];  // [parity][tx * VEC + j], read by the other ranks
+};
+struct HeldPos {
+  int t, tx, ty, TX, TY, C, fold, units;
+  bool shuffle;  // TX a power of two and the block whole warps
+  int parity;  // of rank_total, alternating per reduction
+};
+
+// Each thread's VEC values v[j] combined over the tile's lanes along the axis, then over the
+// cluster's ranks in rank order, then, where folded, over the elements of one group: every thread
+// of column tx gets its groups' totals in v, the same bits on every run. Over the lanes: where TX
+// is a power of two and the block whole warps, an xor butterfly over the lanes of a column within
+// each warp, then the warps' partials (at most 8) in order; otherwise a pairwise tree over ty in
+// shared memory, a barrier a level (eight levels for TY = 256 took longer than the tile's loads).
+// Either way the block's totals end in part[j][tx].
+template <bool kCluster, int VEC, class A, class Op>
+__device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h, A (&v)[VEC], Op op) {
+  if (h.shuffle) {
+    for (int mask = h.TX; mask < 32; mask *= 2)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = op(v[j], __shfl_xor_sync(0xffffffffu, v[j], mask));
+    const int s = h.TX < 32 ? 32 / h.TX : 1, groups = h.TY / s;
+    if (h.ty % s == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sm.part[j][(h.ty / s) * h.TX + h.tx] = v[j];
+    __syncthreads();
+    // Lane ty = 0 of each column combines the groups (every thread doing so cost more in shared
+    // memory reads than a second barrier).
+    if (h.ty == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        A x = sm.part[j][h.tx];
+        for (int g = 1; g < groups; ++g) x = op(x, sm.part[j][g * h.TX + h.tx]);
+        sm.part[j][h.tx] = x;
+      }
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) sm.part[j][h.t] = v[j];
+    __syncthreads();
+    for (int step = 1; step < h.TY; step *= 2) {
+      if (h.ty % (2 * step) == 0 && h.ty + step < h.TY)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sm.part[j][h.t] = op(sm.part[j][h.t], sm.part[j][h.t + step * h.TX]);
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];  // the block's totals, in part[j][tx] both ways
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (h.ty == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sm.rank_total[h.parity][h.tx * VEC + j] = v[j];
+    cluster.sync();  // also: every thread of the block is done reading part
+    // Lane ty = j takes element j (the cluster path has TY >= 4 VEC): the ranks' values are
+    // loaded at once and then combined in rank order (a chain of dependent remote loads took
+    // longer than the tile's own).
+    if (h.ty < VEC) {
+      A* mine = &sm.rank_total[h.parity][h.tx * VEC + h.ty];
+      A x[kMaxCluster];
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r)
+        if (r < h.C) x[r] = *cluster.map_shared_rank(mine, r);
+#pragma unroll
+      for (int r = 1; r < kMaxCluster; ++r)
+        if (r < h.C) x[0] = op(x[0], x[r]);
+      sm.part[h.ty][h.tx] = x[0];
+    }
+    h.parity ^= 1;  // a buffer is written again only after the next cluster barrier
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];
+  }
+#endif
+  if (VEC > 1 && h.fold > 1) {
+    // Folded: this unit is element u * VEC .. of its row, whose units are threads tx - u ..
+    const int u = h.tx % h.units, first = h.tx - u, row = h.units * VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const int i = (u * VEC + j) % h.fold;
+      v[j] = sm.part[i % VEC][first + i / VEC];
+      for (int e = i + h.fold; e < row; e += h.fold) v[j] = op(v[j], sm.part[e % VEC][first + e / VEC]);
+    }
+  }
+  __syncthreads();  // part is written again by the next reduction
+}
+
+// Thread (tx, ty) of rank r in its cluster holds the units at axis positions (r N + k) TY + ty,
+// k < N, of unit column tile * TX + tx (strided_plan); element j of a unit belongs to column group
+// j of it (folded: element e of a row, group e mod inner), so each thread keeps VEC statistics.
+// Gradients reduce once (the sum); forwards twice, the max and then the sum of exp(x - max) (a
+// combine of running (max, sum) pairs costs two exps, and a tree of them took longer than the
+// tile's loads). Every tile is read from memory once.
+template <SoftmaxKind K, class T, int VEC, bool kCluster>
+__global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldArgs a) {
+  constexpr int N = kHeldUnits<T, VEC>;
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  __shared__ HeldSmem<VEC, A> sm;
+  const int t = static_cast<int>(threadIdx.x);
+  const int tx = t % a.tx, ty = t / a.tx;
+  int rank = 0, C = 1;
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) {
+    rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+    C = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+  }
+#endif
+  HeldPos h{t, tx, ty, a.tx, a.ty, C, a.fold, static_cast<int>(a.units),
+            (a.tx & (a.tx - 1)) == 0 && a.tx * a.ty % 32 == 0, 0};
+  const P* yp = static_cast<const P*>(a.y);
+  const P* gp = static_cast<const P*>(a.dy);
+  P* outp = static_cast<P*>(a.out);
+  const int64_t columns = a.outer * a.units;
+  for (int64_t tile = blockIdx.x / C; tile < a.tiles; tile += gridDim.x / C) {
+    const int64_t c = tile * a.tx + tx;
+    const bool live = c < columns;
+    const int64_t base = live ? (c / a.units) * a.len * a.units + c % a.units : 0;
+    const int64_t ax0 = (int64_t{rank} * N) * a.ty + ty;
+    P y[N], g[N];
+    bool valid[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t ax = ax0 + int64_t{k} * a.ty;
+      valid[k] = live && ax < a.len;
+      if (valid[k]) {
+        y[k] = yp[base + ax * a.units];
+        if constexpr (is_grad(K)) g[k] = gp[base + ax * a.units];
+      }
+    }
+    // Each group's Final as (a[j], b[j]); written in place of the reductions' values.
+    A a_[VEC], b_[VEC];
+    A (&v)[VEC] = b_;
+    if constexpr (is_grad(K)) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = A(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (valid[k]) v[j] = Held<K, T, VEC, N>::term(v[j], unpack(y[k], j), unpack(g[k], j));
+      }
+      held_allreduce<kCluster>(sm, h, v, [](A x, A z) { return add_rn(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) a_[j] = v[j];
+    } else {
+      A (&m)[VEC] = a_;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        m[j] = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          if (valid[k]) m[j] = max_nan(m[j], unpack(y[k], j));
+      }
+      held_allreduce<kCluster>(sm, h, m, [](A x, A z) { return max_nan(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = A(0);
+        if (m[j] != -INFINITY)  // else every element of the group is -inf
+#pragma unroll
+          for (int k = 0; k < N; ++k)
+            if (valid[k]) v[j] += dexp(unpack(y[k], j) - m[j]);
+      }
+      held_allreduce<kCluster>(sm, h, v, [](A x, A z) { return add_rn(x, z); });
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) b_[j] = final_of<K, A>(m[j], v[j]).b;
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (valid[k]) {
+        P o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          A gj = A(0);
+          if constexpr (is_grad(K)) gj = unpack(g[k], j);
+          o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(Final<A>{a_[j], b_[j]}, unpack(y[k], j), gj));
+        }
+        outp[base + (ax0 + int64_t{k} * a.ty) * a.units] = o;
+      }
+  }
+  cluster_exit<kCluster ? 2 : 1>();
+}
+
+// ---- host side --------------------------------------------------------------------------------
+
+template <SoftmaxKind K, class T>
+Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  constexpr auto kernel = strided_kernel<K, T>;
+  const int tx = 1 << std::min(5, log2_ceil(d.inner));
+  const int ty = std::min(kStridedThreads / tx, 1 << std::min(8, log2_ceil(d.axis_len)));
+  int per_sm = 0;
+  if (Status s = blocks_per_sm<kernel>(op, dev, kStridedThreads, &per_sm); !s) return s;
+  const int64_t tiles = ceil_div(d.outer * d.inner, tx);
+  const int64_t blocks = std::clamp<int64_t>(tiles, 1, int64_t{dev.sm_count} * per_sm * (kStridedThreads / (tx * ty)));
+  const StridedArgs a{d.dy, d.y, d.out, d.outer, d.axis_len, d.inner};
+  return launch(op, "the strided launch", kernel, dim3(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff))),
+                dim3(tx, ty), stream_of(ctx), a);
+}
+
+// The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled
+// on this device, asked once per device and cluster size at the largest block (fewer threads
+// fit wherever that does); with ctx, it also launches, one tile per cluster.
+template <SoftmaxKind K, class T, int VEC, bool kCluster>
+Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
+                   const Context* ctx, bool* fits) {
+  constexpr auto kernel = strided_held_kernel<K, T, VEC, kCluster>;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(p.blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.blocks));
+  cfg.blockDim = dim3(kStridedHeldThreads);
+  cfg.attrs = kCluster ? &cluster : nullptr;
+  cfg.numAttrs = kCluster ? 1 : 0;
+  *fits = true;
+  if constexpr (kCluster) {
+    constexpr int kDevices = 16;
+    static std::atomic<int> cache[kDevices][kMaxCluster + 1];  // 0: not asked yet, 1: no, 2: yes
+    const bool cacheable = dev.ordinal < kDevices && p.blocks <= kMaxCluster;
+    const int known = cacheable ? cache[dev.ordinal][p.blocks].load(std::memory_order_relaxed) : 0;
+    if (known > 0) {
+      *fits = known == 2;
+    } else {
+      *fits = false;
+      cudaFuncAttributes attr{};
+      if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+      if (dev.cluster_launch && attr.binaryVersion >= 90) {
+        if (p.blocks > 8)
+          if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                                   "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+              !s)
+            return s;
+        int clusters = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+        if (e == cudaErrorInvalidClusterSize) {
+          (void)cudaGetLastError();
+        } else {
+          if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+          *fits = clusters >= 1;
+        }
+      }
+      if (cacheable) cache[dev.ordinal][p.blocks].store(*fits ? 2 : 1, std::memory_order_relaxed);
+    }
+  }
+  if (!ctx || !*fits) return {};
+  cfg.blockDim = dim3(static_cast<unsigned>(p.tx * p.ty));
+  // Plain blocks take a tile each. Clusters stay resident and loop over the tiles: launched one
+  // tile each, clusters of 8 to 16 ran at 0.24 to 0.71 of copy on an H100 (each must wait for that
+  // many free multiprocessors of one GPC).
+  int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
+  if constexpr (kCluster) {
+    int resident = 0;
+    if (Status s = status_of(cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg), op,
+                             "cudaOccupancyMaxActiveClusters");
+        !s)
+      return s;
+    clusters = even_grid(p.tiles, std::max(resident, 1));
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
+  cfg.stream = stream_of(*ctx);
+  const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tiles, p.tx, p.ty, p.fold};
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the strided held launch");
+}
+
+template <SoftmaxKind K, class T>
+Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
+                        const Context* ctx, bool* fits) {
+  if (p.vec > 1)
+    return p.blocks > 1 ? held_launch<K, T, kPackElems<T>, true>(op, d, p, dev, ctx, fits)
+                        : held_launch<K, T, kPackElems<T>, false>(op, d, p, dev, ctx, fits);
+  return p.blocks > 1 ? held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits)
+                      : held_launch<K, T, 1, false>(op, d, p, dev, ctx, fits);
+}
+
+}  // namespace
+
+// ---- the rows' entries (softmax_rows.cuh) ---------------------------------------------------------
+
+template <class T>
+Status softmax_strided_held_fits(std::string_view op, const SoftmaxDesc& d, const StridedPlan& plan,
+                                 const DeviceInfo& dev, bool* fits) {
+  return visit_kind(d.kind, [&](auto kind) -> Status {
+    return run_strided_held<decltype(kind)::value, T>(op, d, plan, dev, nullptr, fits);
+  });
+}
+
+template <class T>
+Status softmax_strided_held(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  const StridedPlan plan = strided_plan(d);
+  bool fits = false;
+  if (Status s = visit_kind(d.kind, [&](auto kind) -> Status {
+        return run_strided_held<decltype(kind)::value, T>(op, d, plan, dev, &ctx, &fits);
+      });
+      !s)
+    return s;
+  if (!fits)
+    return Status(StatusCode::internal,
+                  std::string(op) + ": cuda:strided_held found no cluster it can co-schedule, yet did not decline");
+  return {};
+}
+
+template <class T>
+Status softmax_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  return visit_kind(d.kind, [&](auto kind) -> Status { return run_strided<decltype(kind)::value, T>(op, d, ctx, dev); });
+}
+
+}  // namespace gradops::cuda

@@ -5,9 +5,17 @@
 //   inner == 1, contiguous rows: per row, the reduction pass with four vector accumulators
 //     (FoldBlocks: block b into accumulator b mod 4, combined pairwise, then the lanes pairwise),
 //     then the write pass while the row is still in L1/L2. Each row comes from memory once.
-//   inner > 1, a non-last axis: per outer slice and block of inner positions, one accumulator lane
-//     per inner position, all updated by a contiguous vector loop over the block while walking down
-//     the axis; then the write pass over the same block, still in L2. Nothing is transposed.
+//   inner > 1, a non-last axis, read in place (nothing is transposed). One outer index's
+//     [axis_len, inner] slab is contiguous:
+//     - inner < 4 lanes, folded: the slab is read as one run of whole vectors, lane c of the
+//       vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, lanes);
+//       acc[c] then folds into column c mod inner, and the column values are spread back into a
+//       W-periodic pattern for the write pass. Lanes past the slab's end alias real columns, so
+//       they are masked out of the forwards' max and sum.
+//     - wider: blocks of inner positions, one accumulator lane per position, updated by a
+//       contiguous vector loop over the block while walking down the axis. Blocks are as wide as
+//       lets the block's inputs stay in L2 for the write pass (a whole slab where it fits: one
+//       contiguous run); shorter runs, far apart, are prefetched in software some rows ahead.
 // Each group is reduced by one thread in an order fixed by the shape (and the target's lane
 // count), so results are bitwise the same for any thread count and any partition. A partial
 // vector (a row's or a block's tail, or the head that aligns non-temporal stores) goes through
@@ -26,9 +34,12 @@
 #define HWY_TARGET_INCLUDE "cpu/softmax.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 
 #include "core/workspace.hpp"
 #include "gradops/schema.hpp"
@@ -48,8 +59,6 @@ namespace {
 using ::gradops::detail::SoftmaxDesc;
 using ::gradops::detail::SoftmaxKind;
 
-constexpr int64_t kBlockBytes = 1 << 17;  // a strided block's inputs, re-read by its write pass from L2
-constexpr int64_t kMaxBlock = 1024;       // inner positions per strided block (accumulators on the stack)
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write
 
 template <class D> using V = hn::Vec<D>;
@@ -169,94 +178,180 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
 
 // ---- inner > 1: a non-last axis, in place on the strided data --------------------------------
 
+// Bytes of a strided tile's inputs that its write pass finds again in cache: three quarters of the
+// L2 that the OS reports (768 KiB of Zen 4's 1 MiB holds a whole [1000, 96] f32 slab of both
+// gradient inputs, where half of it split the slab into runs of 192 bytes and ran at two thirds
+// of the speed), 512 KiB when it reports none. Tiles only bound where a column's data is read again, never its reduction
+// order, so a machine-dependent size cannot change results.
+int64_t TileBudget() {
+  static const int64_t budget = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 >= (int64_t{64} << 10) ? static_cast<int64_t>(l2) / 4 * 3 : int64_t{512} << 10;
+  }();
+  return budget;
+}
+
 template <class T, SoftmaxKind kKind, bool kStream>
 Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const ComputeTag<T> d;
   using A = hn::TFromD<decltype(d)>;
+  using VA = V<decltype(d)>;
   const T* dy = static_cast<const T*>(desc.dy);
   const T* y = static_cast<const T*>(desc.y);
   T* out = static_cast<T*>(desc.out);
   const int64_t n = desc.axis_len, inner = desc.inner;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   constexpr bool kGrad = kKind == SoftmaxKind::softmax_grad || kKind == SoftmaxKind::log_softmax_grad;
-  const int64_t in_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1);
+  constexpr bool kSoftmax = kKind == SoftmaxKind::softmax;
+  const int64_t slab = n * inner;  // one outer index's elements, contiguous
+  const int64_t elem_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1) + (kSoftmax ? int64_t{sizeof(A)} : 0);
 
-  // Blocks: wide enough for whole vectors, narrow enough that the block's inputs stay in L2 between
-  // the reduction and the write pass. They are the unit of parallel work, so a small outer still
-  // spreads over threads. Lane i of a block's vector k serves inner position i0 + k L + i.
-  int64_t block = kBlockBytes / in_bytes / n;
-  block = std::clamp<int64_t>(block / L * L, L, kMaxBlock);
-  block = std::min(block, inner);
-  const int64_t per_slice = chunk_count(inner, block);
-  const int64_t padded = chunk_count(block, L) * L;  // the block's lanes, whole vectors
-  const bool park = kKind == SoftmaxKind::softmax && n * padded <= kMaxParked;
+  // Narrow inner sizes fold: the slab is one contiguous run read a whole vector at a time, lane c
+  // of the vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, L);
+  // acc[c] then folds into column c mod inner, in order of c. W depends on the shape and L only.
+  const bool folded = inner < 4 * L;
+  int64_t W = 0, block = inner, per_slice = 1;
+  if (folded) {
+    const int64_t lcm = std::lcm(inner, L);
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(16 * L, lcm), chunk_count(slab, lcm)));
+  } else {
+    // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
+    // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row
+    // serves inner position i0 + k L + i. Blocks of one slice share its width (a multiple of L).
+    const int64_t nb = std::max<int64_t>(1, chunk_count(slab * elem_bytes, TileBudget()));
+    block = std::min(inner, chunk_count(chunk_count(inner, nb), L) * L);
+    per_slice = chunk_count(inner, block);
+  }
+  const int64_t acc_len = (folded ? W : chunk_count(block, L) * L) + L;  // a vector of slack for unaligned reads
+  const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
+  const bool park = kSoftmax && park_len <= kMaxParked;
+  // Short runs far apart defeat the hardware prefetchers (they follow runs within a page): ask for
+  // the row kPrefetchBytes of runs ahead.
+  const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));
+  const int64_t ahead = !folded && run_bytes < 2048 ? chunk_count(kPrefetchBytes, run_bytes) : 0;
 
-  auto unit = [&](int64_t b, A* scratch) {
-    const int64_t i0 = (b % per_slice) * block;
-    const int64_t base = (b / per_slice) * n * inner + i0;
-    const int64_t w = std::min(block, inner - i0);
-    // Per-position state, one vector of slack for the write pass's unaligned reads.
-    HWY_ALIGN A s[kMaxBlock + hn::MaxLanes(d)];
-    auto load = [&](const T* p, int64_t a, int64_t j, int64_t valid) { return LoadWideN(d, p + base + a * inner + j, valid); };
-    auto each_vector = [&](auto&& f) {  // f(j, valid) over the block's vectors
-      for (int64_t j = 0; j < w; j += L) f(j, std::min(L, w - j));
-    };
-    auto write = [&](int64_t a, auto&& value) { WriteRun<kStream>(d, out + base + a * inner, w, value); };
-    each_vector([&](int64_t j, int64_t) { hn::Store(hn::Zero(d), d, s + j); });
-    // Padded lanes of a partial vector hold values for no position: they are never written out.
-    if constexpr (kKind == SoftmaxKind::softmax_grad) {
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::MulAdd(load(y, a, j, valid), load(dy, a, j, valid), hn::Load(d, s + j)), d, s + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        write(a, [&](int64_t j, int64_t valid) {
-          return hn::Mul(load(y, a, j, valid), hn::Sub(load(dy, a, j, valid), hn::LoadU(d, s + j)));
-        });
-    } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::Add(hn::Load(d, s + j), load(dy, a, j, valid)), d, s + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        write(a, [&](int64_t j, int64_t valid) {
-          return hn::NegMulAdd(VExp(d, load(y, a, j, valid)), hn::LoadU(d, s + j), load(dy, a, j, valid));
-        });
-    } else {
-      HWY_ALIGN A m[kMaxBlock + hn::MaxLanes(d)];
-      const auto ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
-      each_vector([&](int64_t j, int64_t) { hn::Store(ninf, d, m + j); });
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::Max(hn::Load(d, m + j), load(y, a, j, valid)), d, m + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          const auto e = VExp(d, hn::Sub(load(y, a, j, valid), hn::Load(d, m + j)));
-          if (kKind == SoftmaxKind::softmax && park) hn::Store(e, d, scratch + a * padded + j);
-          hn::Store(hn::Add(hn::Load(d, s + j), e), d, s + j);
-        });
-      if constexpr (kKind == SoftmaxKind::log_softmax) {
-        each_vector([&](int64_t j, int64_t) { hn::Store(VLog(d, hn::Load(d, s + j)), d, s + j); });
-        for (int64_t a = 0; a < n; ++a)
-          write(a, [&](int64_t j, int64_t valid) {
-            return hn::Sub(hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)), hn::LoadU(d, s + j));
-          });
+  auto unit = [&](int64_t u, A* scratch) {
+    A* HWY_RESTRICT s = scratch;
+    A* HWY_RESTRICT m = scratch + chunk_count(acc_len, 16) * 16;
+    A* HWY_RESTRICT parked = m + chunk_count(acc_len, 16) * 16;
+    const int64_t i0 = (u % per_slice) * block;
+    const int64_t base = (u / per_slice) * slab + i0;
+    const int64_t w = folded ? W : std::min(block, inner - i0);  // accumulators
+    const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
+
+    // f(offset in the tensor, accumulator index, parking index, valid lanes) for each vector of
+    // the tile, in the order that fixes the reduction.
+    auto each = [&](auto&& f) {
+      if (folded) {
+        for (int64_t j = 0, c = 0; j < slab; j += L, c = c + L == W ? 0 : c + L) {
+          PrefetchAhead(y + base + j);
+          if constexpr (kGrad) PrefetchAhead(dy + base + j);
+          f(base + j, c, j, std::min(L, slab - j));
+        }
       } else {
-        each_vector([&](int64_t j, int64_t) { hn::Store(hn::Div(hn::Set(d, A(1)), hn::Load(d, s + j)), d, s + j); });
+        for (int64_t a = 0; a < n; ++a) {
+          if (ahead && a + ahead < n) {
+            const int64_t p = base + (a + ahead) * inner;
+            for (int64_t b = 0; b < run_bytes; b += 64) {
+              hwy::Prefetch(reinterpret_cast<const char*>(y + p) + b);
+              if constexpr (kGrad) hwy::Prefetch(reinterpret_cast<const char*>(dy + p) + b);
+            }
+          }
+          for (int64_t j = 0; j < w; j += L) f(base + a * inner + j, j, a * (acc_len - L) + j, std::min(L, w - j));
+        }
+      }
+    };
+    // The write pass: out at each element = value(offset, accumulator index, parking index, valid).
+    auto write = [&](auto&& value) {
+      if (folded) {
+        // WriteRun asks for increasing offsets, at most L apart: track j mod W without dividing.
+        int64_t next = 0, c = 0;
+        WriteRun<kStream>(d, out + base, slab, [&](int64_t j, int64_t valid) {
+          c += j - next;
+          next = j;
+          if (c >= W) c -= W;
+          return value(base + j, c, j, valid);
+        });
+      } else {
         for (int64_t a = 0; a < n; ++a)
-          write(a, [&](int64_t j, int64_t valid) {
-            const auto e = park ? hn::LoadU(d, scratch + a * padded + j)
-                                : VExp(d, hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)));
-            return hn::Mul(e, hn::LoadU(d, s + j));
+          WriteRun<kStream>(d, out + base + a * inner, w, [&](int64_t j, int64_t valid) {
+            return value(base + a * inner + j, j, a * (acc_len - L) + j, valid);
           });
+      }
+    };
+    // Makes acc[c] fn(column c mod inner's op-reduction) (folded: over every c of the column, in
+    // order of c; blocked: acc[c] is the column's already).
+    auto finish = [&](A* acc, auto&& op, auto&& fn) {
+      if (folded) {
+        HWY_ALIGN A col[4 * hn::MaxLanes(d)] = {};
+        for (int64_t k = 0; k < inner; ++k) {
+          A r = acc[k];
+          for (int64_t c = k + inner; c < W; c += inner) r = op(r, acc[c]);
+          col[k] = r;
+        }
+        for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
+        for (int64_t c = 0, k = 0; c < W + L; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
+      } else {
+        for (int64_t j = 0; j < w; j += L) hn::Store(fn(hn::Load(d, acc + j)), d, acc + j);
+      }
+    };
+    auto load = [&](const T* p, int64_t off, int64_t valid) { return LoadWideN(d, p + off, valid); };
+    auto fill = [&](A* acc, VA v) { for (int64_t c = 0; c < acc_len - L; c += L) hn::Store(v, d, acc + c); };
+    const auto plus = [](A a, A b) { return a + b; };
+
+    fill(s, hn::Zero(d));
+    // A partial vector's padded lanes hold no element; folded, they alias real columns, so they are
+    // kept out of the forwards' max and sum (the gradients' terms there are 0 * 0 and 0).
+    if constexpr (kKind == SoftmaxKind::softmax_grad) {
+      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+        hn::Store(hn::MulAdd(load(y, o, valid), load(dy, o, valid), hn::Load(d, s + c)), d, s + c);
+      });
+      if (folded) finish(s, plus, [](VA v) { return v; });
+      write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+        return hn::Mul(load(y, o, valid), hn::Sub(load(dy, o, valid), hn::LoadU(d, s + c)));
+      });
+    } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
+      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+        hn::Store(hn::Add(hn::Load(d, s + c), load(dy, o, valid)), d, s + c);
+      });
+      if (folded) finish(s, plus, [](VA v) { return v; });
+      write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+        return hn::NegMulAdd(VExp(d, load(y, o, valid)), hn::LoadU(d, s + c), load(dy, o, valid));
+      });
+    } else {
+      fill(m, ninf);
+      // NaN never wins these comparisons; it reaches its whole group through exp(x - m) and the sum.
+      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+        auto x = load(y, o, valid);
+        if (valid < L) x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(valid)), x, ninf);
+        hn::Store(hn::Max(hn::Load(d, m + c), x), d, m + c);
+      });
+      if (folded) finish(m, [](A a, A b) { return b > a ? b : a; }, [](VA v) { return v; });
+      each([&](int64_t o, int64_t c, int64_t p, int64_t valid) {
+        auto e = VExp(d, hn::Sub(load(y, o, valid), hn::Load(d, m + c)));
+        if (park) hn::Store(e, d, parked + p);
+        if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
+        hn::Store(hn::Add(hn::Load(d, s + c), e), d, s + c);
+      });
+      if constexpr (kKind == SoftmaxKind::log_softmax) {
+        finish(s, plus, [&](VA v) { return VLog(d, v); });
+        write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
+          return hn::Sub(hn::Sub(load(y, o, valid), hn::LoadU(d, m + c)), hn::LoadU(d, s + c));
+        });
+      } else {
+        finish(s, plus, [&](VA v) { return hn::Div(hn::Set(d, A(1)), v); });
+        write([&](int64_t o, int64_t c, int64_t p, int64_t valid) {
+          const auto e = park ? hn::LoadU(d, parked + p) : VExp(d, hn::Sub(load(y, o, valid), hn::LoadU(d, m + c)));
+          return hn::Mul(e, hn::LoadU(d, s + c));
+        });
       }
     }
   };
-  const int64_t scratch = park ? n * padded + L : 0;
-  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / (block * n), scratch, ctx, [&](int64_t b0, int64_t b1, A* sc) {
-    for (int64_t b = b0; b < b1; ++b) unit(b, sc);
-  });
+  const int64_t scratch = 2 * chunk_count(acc_len, 16) * 16 + (park ? park_len : 0);
+  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx,
+                         [&](int64_t b0, int64_t b1, A* sc) {
+                           for (int64_t b = b0; b < b1; ++b) unit(b, sc);
+                         });
 }
 
 template <class T, SoftmaxKind kKind>

@@ -213,7 +213,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
     const int64_t lcm = std::lcm(inner, L);
-    W = lcm * std::max<int64_t>(1, std::min(chunk_count(16 * L, lcm), chunk_count(slab, lcm)));
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, lcm)));
   } else {
     // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
     // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row
@@ -230,128 +230,159 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));
   const int64_t ahead = !folded && run_bytes < 2048 ? chunk_count(kPrefetchBytes, run_bytes) : 0;
 
-  auto unit = [&](int64_t u, A* scratch) {
-    A* HWY_RESTRICT s = scratch;
-    A* HWY_RESTRICT m = scratch + chunk_count(acc_len, 16) * 16;
-    A* HWY_RESTRICT parked = m + chunk_count(acc_len, 16) * 16;
-    const int64_t i0 = (u % per_slice) * block;
-    const int64_t base = (u / per_slice) * slab + i0;
-    const int64_t w = folded ? W : std::min(block, inner - i0);  // accumulators
-    const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
+  const int64_t padded = acc_len - L;
+  const int64_t stride = chunk_count(acc_len, 16) * 16;  // keeps each accumulator array 64-byte aligned
+  const int64_t rows = folded ? chunk_count(slab, W) : n;  // the steps a tile's passes go in (folded: W elements)
+  const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
+  struct Tile {
+    int64_t base, w;  // the tile's first element; its accumulators (blocked: its width)
+    A* s;             // the gradients' sum; the forwards' sum, then 1/sum or log(sum)
+    A* m;             // the forwards' max
+  };
 
-    // f(offset in the tensor, accumulator index, parking index, valid lanes) for each vector of
-    // the tile, in the order that fixes the reduction.
-    auto each = [&](auto&& f) {
-      if (folded) {
-        for (int64_t j = 0, c = 0; j < slab; j += L, c = c + L == W ? 0 : c + L) {
-          PrefetchAhead(y + base + j);
-          if constexpr (kGrad) PrefetchAhead(dy + base + j);
-          f(base + j, c, j, std::min(L, slab - j));
-        }
-      } else {
-        for (int64_t a = 0; a < n; ++a) {
-          if (ahead && a + ahead < n) {
-            const int64_t p = base + (a + ahead) * inner;
-            for (int64_t b = 0; b < run_bytes; b += 64) {
-              hwy::Prefetch(reinterpret_cast<const char*>(y + p) + b);
-              if constexpr (kGrad) hwy::Prefetch(reinterpret_cast<const char*>(dy + p) + b);
-            }
-          }
-          for (int64_t j = 0; j < w; j += L) f(base + a * inner + j, j, a * (acc_len - L) + j, std::min(L, w - j));
-        }
-      }
-    };
-    // The write pass: out at each element = value(offset, accumulator index, parking index, valid).
-    auto write = [&](auto&& value) {
-      if (folded) {
-        // WriteRun asks for increasing offsets, at most L apart: track j mod W without dividing.
-        int64_t next = 0, c = 0;
-        WriteRun<kStream>(d, out + base, slab, [&](int64_t j, int64_t valid) {
-          c += j - next;
-          next = j;
-          if (c >= W) c -= W;
-          return value(base + j, c, j, valid);
-        });
-      } else {
-        for (int64_t a = 0; a < n; ++a)
-          WriteRun<kStream>(d, out + base + a * inner, w, [&](int64_t j, int64_t valid) {
-            return value(base + a * inner + j, j, a * (acc_len - L) + j, valid);
-          });
-      }
-    };
-    // Makes acc[c] fn(column c mod inner's op-reduction) (folded: over every c of the column, in
-    // order of c; blocked: acc[c] is the column's already).
-    auto finish = [&](A* acc, auto&& op, auto&& fn) {
-      if (folded) {
-        HWY_ALIGN A col[4 * hn::MaxLanes(d)] = {};
-        for (int64_t k = 0; k < inner; ++k) {
-          A r = acc[k];
-          for (int64_t c = k + inner; c < W; c += inner) r = op(r, acc[c]);
-          col[k] = r;
-        }
-        for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
-        for (int64_t c = 0, k = 0; c < W + L; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
-      } else {
-        for (int64_t j = 0; j < w; j += L) hn::Store(fn(hn::Load(d, acc + j)), d, acc + j);
-      }
-    };
-    auto load = [&](const T* p, int64_t off, int64_t valid) { return LoadWideN(d, p + off, valid); };
-    auto fill = [&](A* acc, VA v) { for (int64_t c = 0; c < acc_len - L; c += L) hn::Store(v, d, acc + c); };
-    const auto plus = [](A a, A b) { return a + b; };
+  // A tile's passes go in steps: a row of the block; folded, W elements of the slab. Step r starts
+  // at element `at(t, r)` and has `len(t, r)` elements; its vector at j has accumulator index j.
+  auto at = [&](const Tile& t, int64_t r) { return t.base + r * (folded ? W : inner); };
+  auto len = [&](const Tile& t, int64_t r) { return folded ? std::min(W, slab - r * W) : t.w; };
+  auto parked_at = [&](int64_t r) { return r * (folded ? W : padded); };
 
-    fill(s, hn::Zero(d));
-    // A partial vector's padded lanes hold no element; folded, they alias real columns, so they are
-    // kept out of the forwards' max and sum (the gradients' terms there are 0 * 0 and 0).
-    if constexpr (kKind == SoftmaxKind::softmax_grad) {
-      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-        hn::Store(hn::MulAdd(load(y, o, valid), load(dy, o, valid), hn::Load(d, s + c)), d, s + c);
-      });
-      if (folded) finish(s, plus, [](VA v) { return v; });
-      write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-        return hn::Mul(load(y, o, valid), hn::Sub(load(dy, o, valid), hn::LoadU(d, s + c)));
-      });
-    } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-        hn::Store(hn::Add(hn::Load(d, s + c), load(dy, o, valid)), d, s + c);
-      });
-      if (folded) finish(s, plus, [](VA v) { return v; });
-      write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-        return hn::NegMulAdd(VExp(d, load(y, o, valid)), hn::LoadU(d, s + c), load(dy, o, valid));
-      });
-    } else {
-      fill(m, ninf);
-      // NaN never wins these comparisons; it reaches its whole group through exp(x - m) and the sum.
-      each([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-        auto x = load(y, o, valid);
+  // The vector ops of step r of tile t's first pass (the one that reads the tile from memory: the
+  // gradients' sum, the forwards' max), as FoldBlocksWriting's step: the accumulators are the
+  // tile's arrays, so its register accumulator goes through untouched. A partial vector's padded
+  // lanes hold no element; folded, they alias real columns, so they are kept out of the forwards'
+  // max and sum (the gradients' terms there are 0 * 0 and 0). NaN never wins these comparisons;
+  // it reaches its whole group through exp(x - m) and the sum.
+  auto first = [&](const Tile& t, int64_t r) {
+    const T* HWY_RESTRICT yr = y + at(t, r);
+    const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
+    const int64_t skip = ahead && r + ahead < n ? ahead * inner : 0;
+    A* HWY_RESTRICT s = t.s;
+    A* HWY_RESTRICT m = t.m;
+    return [=](VA acc, int64_t j, int64_t valid) -> VA {
+      if (!ahead) {
+        PrefetchAhead(yr + j);
+        if constexpr (kGrad) PrefetchAhead(gr + j);
+      } else if (skip && j == 0) {
+        for (int64_t b = 0; b < run_bytes; b += 64) {
+          hwy::Prefetch(reinterpret_cast<const char*>(yr + skip) + b);
+          if constexpr (kGrad) hwy::Prefetch(reinterpret_cast<const char*>(gr + skip) + b);
+        }
+      }
+      if constexpr (kKind == SoftmaxKind::softmax_grad) {
+        hn::Store(hn::MulAdd(LoadWideN(d, yr + j, valid), LoadWideN(d, gr + j, valid), hn::Load(d, s + j)), d, s + j);
+      } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
+        hn::Store(hn::Add(hn::Load(d, s + j), LoadWideN(d, gr + j, valid)), d, s + j);
+      } else {
+        auto x = LoadWideN(d, yr + j, valid);
         if (valid < L) x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(valid)), x, ninf);
-        hn::Store(hn::Max(hn::Load(d, m + c), x), d, m + c);
-      });
-      if (folded) finish(m, [](A a, A b) { return b > a ? b : a; }, [](VA v) { return v; });
-      each([&](int64_t o, int64_t c, int64_t p, int64_t valid) {
-        auto e = VExp(d, hn::Sub(load(y, o, valid), hn::Load(d, m + c)));
-        if (park) hn::Store(e, d, parked + p);
-        if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
-        hn::Store(hn::Add(hn::Load(d, s + c), e), d, s + c);
-      });
-      if constexpr (kKind == SoftmaxKind::log_softmax) {
-        finish(s, plus, [&](VA v) { return VLog(d, v); });
-        write([&](int64_t o, int64_t c, int64_t, int64_t valid) {
-          return hn::Sub(hn::Sub(load(y, o, valid), hn::LoadU(d, m + c)), hn::LoadU(d, s + c));
-        });
-      } else {
-        finish(s, plus, [&](VA v) { return hn::Div(hn::Set(d, A(1)), v); });
-        write([&](int64_t o, int64_t c, int64_t p, int64_t valid) {
-          const auto e = park ? hn::LoadU(d, parked + p) : VExp(d, hn::Sub(load(y, o, valid), hn::LoadU(d, m + c)));
-          return hn::Mul(e, hn::LoadU(d, s + c));
-        });
+        hn::Store(hn::Max(hn::Load(d, m + j), x), d, m + j);
       }
+      return acc;
+    };
+  };
+  // Step r of tile t's write pass, as FoldBlocksWriting's value.
+  auto value = [&](const Tile& t, const A* parked, int64_t r) {
+    const T* HWY_RESTRICT yr = y + at(t, r);
+    const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
+    const A* HWY_RESTRICT s = t.s;
+    const A* HWY_RESTRICT m = t.m;
+    const A* HWY_RESTRICT e = parked + parked_at(r);
+    const bool parked_here = park;
+    return [=](int64_t j, int64_t valid) -> VA {
+      if constexpr (kKind == SoftmaxKind::softmax_grad) {
+        return hn::Mul(LoadWideN(d, yr + j, valid), hn::Sub(LoadWideN(d, gr + j, valid), hn::LoadU(d, s + j)));
+      } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
+        return hn::NegMulAdd(VExp(d, LoadWideN(d, yr + j, valid)), hn::LoadU(d, s + j), LoadWideN(d, gr + j, valid));
+      } else if constexpr (kKind == SoftmaxKind::log_softmax) {
+        return hn::Sub(hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + j)), hn::LoadU(d, s + j));
+      } else {
+        const auto x = parked_here ? hn::LoadU(d, e + j) : VExp(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + j)));
+        return hn::Mul(x, hn::LoadU(d, s + j));
+      }
+    };
+  };
+  auto fill = [&](A* acc, VA v) {
+    for (int64_t c = 0; c < padded; c += L) hn::Store(v, d, acc + c);
+  };
+  // Makes acc[c] fn(column c mod inner's reduction by op). Folded, in an order fixed by the shape:
+  // vectors lcm apart first (c, c + lcm, .. for c < lcm, in that order), then the lanes of one
+  // column within lcm (k, k + inner, ..); the column values then repeat with period inner over
+  // acc, one vector past W. Blocked, acc[c] is its column's already.
+  auto finish = [&](const Tile& t, A* acc, auto&& vop, auto&& op, auto&& fn) {
+    if (folded) {
+      const int64_t lcm = std::lcm(inner, L);
+      for (int64_t c = lcm, k = 0; c < W; c += L, k = k + L == lcm ? 0 : k + L)
+        hn::Store(vop(hn::Load(d, acc + k), hn::Load(d, acc + c)), d, acc + k);
+      HWY_ALIGN A col[4 * hn::MaxLanes(d)] = {};
+      for (int64_t k = 0; k < inner; ++k) {
+        A r = acc[k];
+        for (int64_t c = k + inner; c < lcm; c += inner) r = op(r, acc[c]);
+        col[k] = r;
+      }
+      for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
+      for (int64_t c = 0, k = 0; c < lcm; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
+      for (int64_t c = lcm; c < W + L; c += L) hn::Store(hn::Load(d, acc + c - lcm), d, acc + c);
+    } else {
+      for (int64_t j = 0; j < t.w; j += L) hn::Store(fn(hn::Load(d, acc + j)), d, acc + j);
     }
   };
-  const int64_t scratch = 2 * chunk_count(acc_len, 16) * 16 + (park ? park_len : 0);
-  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx,
-                         [&](int64_t b0, int64_t b1, A* sc) {
-                           for (int64_t b = b0; b < b1; ++b) unit(b, sc);
-                         });
+  const auto add = [](VA a, VA b) { return hn::Add(a, b); };
+  const auto plus = [](A a, A b) { return a + b; };
+  const auto same = [](VA v) { return v; };
+
+  // Between the passes, on the tile in cache: the forwards' sum of exp(x - max).
+  auto middle = [&](const Tile& t, A* parked) {
+    if constexpr (kGrad) {
+      if (folded) finish(t, t.s, add, plus, same);
+    } else {
+      if (folded) finish(t, t.m, [](VA a, VA b) { return hn::Max(a, b); }, [](A a, A b) { return b > a ? b : a; }, same);
+      A* HWY_RESTRICT s = t.s;
+      const A* HWY_RESTRICT m = t.m;
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* HWY_RESTRICT yr = y + at(t, r);
+        A* HWY_RESTRICT e = parked + parked_at(r);
+        const int64_t w = len(t, r);
+        for (int64_t j = 0; j < w; j += L) {
+          const int64_t valid = std::min(L, w - j);
+          auto x = VExp(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::Load(d, m + j)));
+          if (park) hn::Store(x, d, e + j);
+          if (valid < L) x = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), x);
+          hn::Store(hn::Add(hn::Load(d, s + j), x), d, s + j);
+        }
+      }
+      if constexpr (kKind == SoftmaxKind::log_softmax) finish(t, s, add, plus, [&](VA v) { return VLog(d, v); });
+      else finish(t, s, add, plus, [&](VA v) { return hn::Div(hn::Set(d, A(1)), v); });
+    }
+  };
+  auto tile = [&](int64_t u, A* acc) {
+    const int64_t i0 = (u % per_slice) * block;
+    Tile t{(u / per_slice) * slab + i0, folded ? W : std::min(block, inner - i0), acc, acc + stride};
+    fill(t.s, hn::Zero(d));
+    if constexpr (!kGrad) fill(t.m, ninf);
+    return t;
+  };
+
+  // A thread's tiles go in a pipeline: each step of tile u's write pass (from cache) runs in one
+  // loop with the same step of tile u + 1's first pass (from memory), four vectors of each at a
+  // time, so that reads from memory never pause for a write pass. Two sets of accumulators take
+  // turns.
+  const auto keep = [](VA a, VA) { return a; };
+  auto range = [&](int64_t u0, int64_t u1, A* scratch) {
+    A* parked = scratch + 4 * stride;
+    Tile t = tile(u0, scratch);
+    for (int64_t r = 0; r < rows; ++r) FoldBlocks(d, len(t, r), hn::Zero(d), first(t, r), keep);
+    for (int64_t u = u0; u < u1; ++u) {
+      middle(t, parked);
+      const bool more = u + 1 < u1;
+      const Tile next = more ? tile(u + 1, (u - u0) % 2 ? scratch : scratch + 2 * stride) : t;
+      for (int64_t r = 0; r < rows; ++r)
+        FoldBlocksWriting<kStream>(d, more ? len(next, r) : 0, hn::Zero(d), first(next, r), keep, out + at(t, r),
+                                   len(t, r), value(t, parked, r));
+      t = next;
+    }
+  };
+  const int64_t scratch = 4 * stride + (park ? park_len : 0);
+  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx, range);
 }
 
 template <class T, SoftmaxKind kKind>

@@ -224,7 +224,9 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   }
   const int64_t acc_len = (folded ? W : chunk_count(block, L) * L) + L;  // a vector of slack for unaligned reads
   const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
-  const bool park = kSoftmax && park_len <= kMaxParked;
+  // Softmax parks exp(x - max) where the tile's inputs and parked values fit the budget together
+  // (exp is most of a forward's compute; the write pass then only multiplies).
+  const bool park = kSoftmax && (park_len - L) * elem_bytes <= TileBudget();
   // Short runs far apart defeat the hardware prefetchers (they follow runs within a page): ask for
   // the row kPrefetchBytes of runs ahead.
   const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));

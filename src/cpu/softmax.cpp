@@ -15,7 +15,12 @@
 //     - wider: blocks of inner positions, one accumulator lane per position, updated by a
 //       contiguous vector loop over the block while walking down the axis. Blocks are as wide as
 //       lets the block's inputs stay in L2 for the write pass (a whole slab where it fits: one
-//       contiguous run); shorter runs, far apart, are prefetched in software some rows ahead.
+//       contiguous run), but at least 1 KiB; runs shorter than 2 KiB, a row apart, are prefetched
+//       in software some rows ahead.
+//     A tile (a folded slab or a block) is read from memory by its first pass (the gradients' sum,
+//     the forwards' max) and written from cache by its write pass; a thread runs tile u's write
+//     pass in one loop with tile u + 1's first pass, so reads from memory never wait on writing.
+//     Accumulators are per-thread scratch arrays (two sets), not registers.
 // Each group is reduced by one thread in an order fixed by the shape (and the target's lane
 // count), so results are bitwise the same for any thread count and any partition. A partial
 // vector (a row's or a block's tail, or the head that aligns non-temporal stores) goes through
@@ -23,9 +28,9 @@
 // depend on which of them it fell in.
 //
 // Softmax forward evaluates each exp once: exp(x - m) is parked in a per-thread scratch row (or
-// block) between the sum and the write, so the output is written exactly once. Groups too long for
-// the scratch evaluate exp again in the write pass (the same function of the same input: the same
-// bits).
+// tile) between the sum and the write, so the output is written exactly once. Groups too long for
+// the scratch (tiles too large for the cache budget with it) evaluate exp again in the write pass
+// (the same function of the same input: the same bits).
 //
 // Outputs much larger than the last-level cache are written with non-temporal stores: a normal
 // store first reads the line it writes (a third input stream), and the output would only evict the

@@ -105,7 +105,8 @@ TEST(Softmax, ResultsDoNotDependOnThreadCount) {
   };
   // Each big enough for 4 threads: rows; strided with several outer slices; strided with one slice
   // split into inner blocks.
-  const Shape shapes[] = {{{200, 700}, -1}, {{4, 67, 523}, 1}, {{1, 32, 4099}, 1}};
+  // Folded narrow inner sizes (many slabs, each a few vectors with a partial one at the end).
+  const Shape shapes[] = {{{200, 700}, -1}, {{4, 67, 523}, 1}, {{1, 32, 4099}, 1}, {{1024, 33, 5}, 1}, {{2048, 7, 17}, 1}};
   for (OpId id : softmax_ops()) {
     for (DType t : {DType::f32, DType::bf16}) {
       for (const Shape& s : shapes) {
@@ -119,6 +120,63 @@ TEST(Softmax, ResultsDoNotDependOnThreadCount) {
       }
     }
   }
+}
+
+std::vector<OpId> single_axis_ops() {
+  return {OpId::SoftmaxGrad_13, OpId::LogSoftmaxGrad_13, OpId::Softmax_13, OpId::LogSoftmax_13};
+}
+
+// A non-last axis whose inner size is below the vector width, odd, or just past it (folded into
+// whole vectors, or blocks of columns), over axis lengths that leave every kind of tail: one axis
+// step, two, a prime, one past a power of two; one slab and several.
+TEST(Softmax, NonLastAxisNarrowAndOddInnerSizes) {
+  uint64_t seed = 500;
+  int cases = 0;
+  for (OpId id : single_axis_ops())
+    for (DType t : kAllDTypes)
+      for (int64_t inner : {2, 3, 5, 7, 15, 16, 17, 100})
+        for (int64_t n : {1, 2, 7, 33})
+          for (int64_t outer : {1, 3}) {
+            Problem p = make_problem(id, t, {outer, n, inner}, 1, seed++);
+            p.misaligned = seed % 2 == 0;
+            const Report r = run_case(p);
+            ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+            ++cases;
+          }
+  EXPECT_EQ(cases, 4 * 4 * 8 * 4 * 2);
+}
+
+// Folded, a partial last vector's padded lanes alias real columns. With every input near -300 a
+// padded 0 taken into a column's max would make every exp underflow (0/0, -inf), and exp(0 - max)
+// taken into its sum would overflow: neither may count.
+TEST(Softmax, FoldedPaddingStaysOutOfMaxAndSum) {
+  for (OpId id : {OpId::Softmax_13, OpId::LogSoftmax_13})
+    for (DType t : {DType::f32, DType::f64, DType::bf16})
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 7, 3}, {3, 5, 7}, {1, 33, 2}, {2, 3, 17}}) {
+        Problem p = make_problem(id, t, shape, 1, 77);
+        p.edit_inputs = [t](oracle::Tensors& in) {
+          for (double& v : in[0]->v) v = oracle::round_to(t, v - 300);
+        };
+        const Report r = run_case(p);
+        ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+        for (double v : r.outputs[0]) ASSERT_TRUE(std::isfinite(v)) << describe(p);
+      }
+}
+
+// A NaN makes its own group NaN and no other, folded columns sharing its vectors included.
+TEST(Softmax, FoldedNanStaysInItsGroup) {
+  const std::vector<int64_t> shape = {2, 7, 3};  // groups (o, i); element (o, a, i) at (o * 7 + a) * 3 + i
+  for (OpId id : {OpId::Softmax_13, OpId::LogSoftmax_13})
+    for (DType t : {DType::f32, DType::bf16}) {
+      Problem p = make_problem(id, t, shape, 1, 78);
+      p.edit_inputs = [](oracle::Tensors& in) { in[0]->v[(1 * 7 + 4) * 3 + 2] = NAN; };  // group (1, 2)
+      const Report r = run_case(p);
+      ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
+      for (int64_t o = 0; o < 2; ++o)
+        for (int64_t a = 0; a < 7; ++a)
+          for (int64_t i = 0; i < 3; ++i)
+            EXPECT_EQ(std::isnan(r.outputs[0][(o * 7 + a) * 3 + i]), o == 1 && i == 2) << describe(p) << " " << o << a << i;
+    }
 }
 
 // Runs `op` by name on the given inputs, attributes as given (none: the schema's defaults).

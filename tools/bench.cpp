@@ -45,6 +45,7 @@ using Shapes = std::vector<std::vector<int64_t>>;
 struct SuiteShapes {
   Shapes elementwise, bias, softmax, norm, batch;
   bool dx_only = false;  // also the bias gradients without dB
+  Shapes softmax_axis;   // [outer, axis, inner] timed at axis 1 by the single-axis (_13) softmax ops
 };
 
 // The default suite: one representative shape per family (two layouts for batch norm), every op.
@@ -61,6 +62,9 @@ const SuiteShapes kFull = {
     // ResNet-50's batch-norm layers at N = 32, NCHW (the NHWC cases permute them to N,H,W,C).
     {{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 512, 28, 28}, {32, 1024, 14, 14}, {32, 2048, 7, 7}},
     true,
+    // A non-last axis: inner sizes below the vector width (folded), one of a few vectors, and wide
+    // rows; short, medium and long axes. Each at least 64 MB in f32 before the rows are sized.
+    {{256, 32768, 2}, {8192, 1000, 3}, {64, 32768, 8}, {256, 1000, 96}, {256, 16, 4096}, {32, 128, 4096}},
 };
 const SuiteShapes kQuick = {
     {{int64_t{1} << 16}}, {{256, 512}}, {{512, 128}, {64, 4096}}, {{512, 768}, {229, 541}}, {{4, 64, 28, 28}}, true,
@@ -102,6 +106,9 @@ std::vector<SuiteCase> suite_cases(const OpSchema& op, const SuiteShapes& s) {
       cases.push_back({op.id, {shape[0], shape[2], shape[3], shape[1]}, {{"channels_last", 1}}, {}});
     if (s.dx_only && has_bias(op) && op.outputs.size() > 1) cases.push_back({op.id, shape, {}, {false, true}});
   }
+  // The opset 1-12 names coerce to 2-D at axis 1, which is rows again: the _13 names only.
+  if (op.family == OpFamily::softmax && op.name.ends_with("_13"))
+    for (const auto& shape : s.softmax_axis) cases.push_back({op.id, shape, {{"axis", 1}}, {}});
   return cases;
 }
 

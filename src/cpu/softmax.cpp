@@ -5,9 +5,22 @@
 //   inner == 1, contiguous rows: per row, the reduction pass with four vector accumulators
 //     (FoldBlocks: block b into accumulator b mod 4, combined pairwise, then the lanes pairwise),
 //     then the write pass while the row is still in L1/L2. Each row comes from memory once.
-//   inner > 1, a non-last axis: per outer slice and block of inner positions, one accumulator lane
-//     per inner position, all updated by a contiguous vector loop over the block while walking down
-//     the axis; then the write pass over the same block, still in L2. Nothing is transposed.
+//   inner > 1, a non-last axis, read in place (nothing is transposed). One outer index's
+//     [axis_len, inner] slab is contiguous:
+//     - inner < 4 lanes, folded: the slab is read as one run of whole vectors, lane c of the
+//       vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, lanes);
+//       acc[c] then folds into column c mod inner, and the column values are spread back into a
+//       W-periodic pattern for the write pass. Lanes past the slab's end alias real columns, so
+//       they are masked out of the forwards' max and sum.
+//     - wider: blocks of inner positions, one accumulator lane per position, updated by a
+//       contiguous vector loop over the block while walking down the axis. Blocks are as wide as
+//       lets the block's inputs stay in L2 for the write pass (a whole slab where it fits: one
+//       contiguous run), but at least 1 KiB; runs shorter than 2 KiB, a row apart, are prefetched
+//       in software some rows ahead.
+//     A tile (a folded slab or a block) is read from memory by its first pass (the gradients' sum,
+//     the forwards' max) and written from cache by its write pass; a thread runs tile u's write
+//     pass in one loop with tile u + 1's first pass, so reads from memory never wait on writing.
+//     Accumulators are per-thread scratch arrays (two sets), not registers.
 // Each group is reduced by one thread in an order fixed by the shape (and the target's lane
 // count), so results are bitwise the same for any thread count and any partition. A partial
 // vector (a row's or a block's tail, or the head that aligns non-temporal stores) goes through
@@ -15,9 +28,9 @@
 // depend on which of them it fell in.
 //
 // Softmax forward evaluates each exp once: exp(x - m) is parked in a per-thread scratch row (or
-// block) between the sum and the write, so the output is written exactly once. Groups too long for
-// the scratch evaluate exp again in the write pass (the same function of the same input: the same
-// bits).
+// tile) between the sum and the write, so the output is written exactly once. Groups too long for
+// the scratch (tiles too large for the cache budget with it) evaluate exp again in the write pass
+// (the same function of the same input: the same bits).
 //
 // Outputs much larger than the last-level cache are written with non-temporal stores: a normal
 // store first reads the line it writes (a third input stream), and the output would only evict the
@@ -26,9 +39,12 @@
 #define HWY_TARGET_INCLUDE "cpu/softmax.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 
 #include "core/workspace.hpp"
 #include "gradops/schema.hpp"
@@ -48,8 +64,6 @@ namespace {
 using ::gradops::detail::SoftmaxDesc;
 using ::gradops::detail::SoftmaxKind;
 
-constexpr int64_t kBlockBytes = 1 << 17;  // a strided block's inputs, re-read by its write pass from L2
-constexpr int64_t kMaxBlock = 1024;       // inner positions per strided block (accumulators on the stack)
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write
 
 template <class D> using V = hn::Vec<D>;
@@ -169,94 +183,219 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
 
 // ---- inner > 1: a non-last axis, in place on the strided data --------------------------------
 
+// Bytes of a strided tile's inputs that its write pass finds again in cache: three quarters of the
+// L2 that the OS reports (768 KiB of Zen 4's 1 MiB holds a whole [1000, 96] f32 slab of both
+// gradient inputs, where half of it split the slab into runs of 192 bytes and ran at two thirds
+// of the speed), 512 KiB when it reports none. Tiles only bound where a column's data is read again, never its reduction
+// order, so a machine-dependent size cannot change results.
+int64_t TileBudget() {
+  static const int64_t budget = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 >= (int64_t{64} << 10) ? static_cast<int64_t>(l2) / 4 * 3 : int64_t{512} << 10;
+  }();
+  return budget;
+}
+
 template <class T, SoftmaxKind kKind, bool kStream>
 Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const ComputeTag<T> d;
   using A = hn::TFromD<decltype(d)>;
+  using VA = V<decltype(d)>;
   const T* dy = static_cast<const T*>(desc.dy);
   const T* y = static_cast<const T*>(desc.y);
   T* out = static_cast<T*>(desc.out);
   const int64_t n = desc.axis_len, inner = desc.inner;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   constexpr bool kGrad = kKind == SoftmaxKind::softmax_grad || kKind == SoftmaxKind::log_softmax_grad;
-  const int64_t in_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1);
+  constexpr bool kSoftmax = kKind == SoftmaxKind::softmax;
+  const int64_t slab = n * inner;  // one outer index's elements, contiguous
+  const int64_t elem_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1) + (kSoftmax ? int64_t{sizeof(A)} : 0);
 
-  // Blocks: wide enough for whole vectors, narrow enough that the block's inputs stay in L2 between
-  // the reduction and the write pass. They are the unit of parallel work, so a small outer still
-  // spreads over threads. Lane i of a block's vector k serves inner position i0 + k L + i.
-  int64_t block = kBlockBytes / in_bytes / n;
-  block = std::clamp<int64_t>(block / L * L, L, kMaxBlock);
-  block = std::min(block, inner);
-  const int64_t per_slice = chunk_count(inner, block);
-  const int64_t padded = chunk_count(block, L) * L;  // the block's lanes, whole vectors
-  const bool park = kKind == SoftmaxKind::softmax && n * padded <= kMaxParked;
+  // Narrow inner sizes fold: the slab is one contiguous run read a whole vector at a time, lane c
+  // of the vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, L);
+  // acc[c] then folds into column c mod inner, in order of c. W depends on the shape and L only.
+  const bool folded = inner < 4 * L;
+  int64_t W = 0, block = inner, per_slice = 1;
+  if (folded) {
+    const int64_t lcm = std::lcm(inner, L);
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, lcm)));
+  } else {
+    // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
+    // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row
+    // serves inner position i0 + k L + i. Blocks of one slice share its width (a multiple of L).
+    // A column costs its inputs (and parked values) and four accumulators (two sets take turns).
+    const int64_t column_bytes = n * elem_bytes + 4 * int64_t{sizeof(A)};
+    const int64_t nb = std::max<int64_t>(1, chunk_count(inner * column_bytes, TileBudget()));
+    block = std::min(inner, chunk_count(chunk_count(inner, nb), L) * L);
+    // Runs shorter than 1 KiB, a page apart, cost more (in what the prefetchers and the TLB can
+    // follow) than reading a tile past the L2 back from the L3: 64x1024x4096 SoftmaxGrad_13 went
+    // from about 40% of copy at 384-byte runs to about 50% at 1 KiB (a 2 MiB tile).
+    block = std::min(inner, std::max(block, chunk_count(1024 / int64_t{sizeof(T)}, L) * L));
+    per_slice = chunk_count(inner, block);
+  }
+  const int64_t acc_len = (folded ? W : chunk_count(block, L) * L) + L;  // a vector of slack for unaligned reads
+  const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
+  // Softmax parks exp(x - max) where the tile's inputs and parked values fit the budget together
+  // (exp is most of a forward's compute; the write pass then only multiplies).
+  const bool park = kSoftmax && (park_len - L) * elem_bytes <= TileBudget();
+  // Short runs far apart defeat the hardware prefetchers (they follow runs within a page): ask for
+  // the row kPrefetchBytes of runs ahead.
+  const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));
+  const int64_t ahead = !folded && run_bytes < 2048 ? chunk_count(kPrefetchBytes, run_bytes) : 0;
 
-  auto unit = [&](int64_t b, A* scratch) {
-    const int64_t i0 = (b % per_slice) * block;
-    const int64_t base = (b / per_slice) * n * inner + i0;
-    const int64_t w = std::min(block, inner - i0);
-    // Per-position state, one vector of slack for the write pass's unaligned reads.
-    HWY_ALIGN A s[kMaxBlock + hn::MaxLanes(d)];
-    auto load = [&](const T* p, int64_t a, int64_t j, int64_t valid) { return LoadWideN(d, p + base + a * inner + j, valid); };
-    auto each_vector = [&](auto&& f) {  // f(j, valid) over the block's vectors
-      for (int64_t j = 0; j < w; j += L) f(j, std::min(L, w - j));
-    };
-    auto write = [&](int64_t a, auto&& value) { WriteRun<kStream>(d, out + base + a * inner, w, value); };
-    each_vector([&](int64_t j, int64_t) { hn::Store(hn::Zero(d), d, s + j); });
-    // Padded lanes of a partial vector hold values for no position: they are never written out.
-    if constexpr (kKind == SoftmaxKind::softmax_grad) {
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::MulAdd(load(y, a, j, valid), load(dy, a, j, valid), hn::Load(d, s + j)), d, s + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        write(a, [&](int64_t j, int64_t valid) {
-          return hn::Mul(load(y, a, j, valid), hn::Sub(load(dy, a, j, valid), hn::LoadU(d, s + j)));
-        });
-    } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::Add(hn::Load(d, s + j), load(dy, a, j, valid)), d, s + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        write(a, [&](int64_t j, int64_t valid) {
-          return hn::NegMulAdd(VExp(d, load(y, a, j, valid)), hn::LoadU(d, s + j), load(dy, a, j, valid));
-        });
-    } else {
-      HWY_ALIGN A m[kMaxBlock + hn::MaxLanes(d)];
-      const auto ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
-      each_vector([&](int64_t j, int64_t) { hn::Store(ninf, d, m + j); });
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          hn::Store(hn::Max(hn::Load(d, m + j), load(y, a, j, valid)), d, m + j);
-        });
-      for (int64_t a = 0; a < n; ++a)
-        each_vector([&](int64_t j, int64_t valid) {
-          const auto e = VExp(d, hn::Sub(load(y, a, j, valid), hn::Load(d, m + j)));
-          if (kKind == SoftmaxKind::softmax && park) hn::Store(e, d, scratch + a * padded + j);
-          hn::Store(hn::Add(hn::Load(d, s + j), e), d, s + j);
-        });
-      if constexpr (kKind == SoftmaxKind::log_softmax) {
-        each_vector([&](int64_t j, int64_t) { hn::Store(VLog(d, hn::Load(d, s + j)), d, s + j); });
-        for (int64_t a = 0; a < n; ++a)
-          write(a, [&](int64_t j, int64_t valid) {
-            return hn::Sub(hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)), hn::LoadU(d, s + j));
-          });
-      } else {
-        each_vector([&](int64_t j, int64_t) { hn::Store(hn::Div(hn::Set(d, A(1)), hn::Load(d, s + j)), d, s + j); });
-        for (int64_t a = 0; a < n; ++a)
-          write(a, [&](int64_t j, int64_t valid) {
-            const auto e = park ? hn::LoadU(d, scratch + a * padded + j)
-                                : VExp(d, hn::Sub(load(y, a, j, valid), hn::LoadU(d, m + j)));
-            return hn::Mul(e, hn::LoadU(d, s + j));
-          });
+  const int64_t padded = acc_len - L;
+  const int64_t stride = chunk_count(acc_len, 16) * 16;  // keeps each accumulator array 64-byte aligned
+  const int64_t rows = folded ? chunk_count(slab, W) : n;  // the steps a tile's passes go in (folded: W elements)
+  const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
+  struct Tile {
+    int64_t base, w;  // the tile's first element; its accumulators (blocked: its width)
+    A* s;             // the gradients' sum; the forwards' sum, then 1/sum or log(sum)
+    A* m;             // the forwards' max
+  };
+
+  // A tile's passes go in steps: a row of the block; folded, W elements of the slab. Step r starts
+  // at element `at(t, r)` and has `len(t, r)` elements; its vector at j has accumulator index j.
+  auto at = [&](const Tile& t, int64_t r) { return t.base + r * (folded ? W : inner); };
+  auto len = [&](const Tile& t, int64_t r) { return folded ? std::min(W, slab - r * W) : t.w; };
+  auto parked_at = [&](int64_t r) { return r * (folded ? W : padded); };
+
+  // The vector ops of step r of tile t's first pass (the one that reads the tile from memory: the
+  // gradients' sum, the forwards' max), as FoldBlocksWriting's step: the accumulators are the
+  // tile's arrays, so its register accumulator goes through untouched. A partial vector's padded
+  // lanes hold no element; folded, they alias real columns, so they are kept out of the forwards'
+  // max and sum (the gradients' terms there are 0 * 0 and 0). NaN never wins these comparisons;
+  // it reaches its whole group through exp(x - m) and the sum.
+  auto first = [&](const Tile& t, int64_t r) {
+    const T* HWY_RESTRICT yr = y + at(t, r);
+    const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
+    const int64_t skip = ahead && r + ahead < n ? ahead * inner : 0;
+    A* HWY_RESTRICT s = t.s;
+    A* HWY_RESTRICT m = t.m;
+    return [=](VA acc, int64_t j, int64_t valid) -> VA {
+      if (!ahead) {
+        PrefetchAhead(yr + j);
+        if constexpr (kGrad) PrefetchAhead(gr + j);
+      } else if (skip && j == 0) {
+        for (int64_t b = 0; b < run_bytes; b += 64) {
+          hwy::Prefetch(reinterpret_cast<const char*>(yr + skip) + b);
+          if constexpr (kGrad) hwy::Prefetch(reinterpret_cast<const char*>(gr + skip) + b);
+        }
       }
+      if constexpr (kKind == SoftmaxKind::softmax_grad) {
+        hn::Store(hn::MulAdd(LoadWideN(d, yr + j, valid), LoadWideN(d, gr + j, valid), hn::Load(d, s + j)), d, s + j);
+      } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
+        hn::Store(hn::Add(hn::Load(d, s + j), LoadWideN(d, gr + j, valid)), d, s + j);
+      } else {
+        auto x = LoadWideN(d, yr + j, valid);
+        if (valid < L) x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(valid)), x, ninf);
+        hn::Store(hn::Max(hn::Load(d, m + j), x), d, m + j);
+      }
+      return acc;
+    };
+  };
+  // Step r of tile t's write pass, as FoldBlocksWriting's value.
+  auto value = [&](const Tile& t, const A* parked, int64_t r) {
+    const T* HWY_RESTRICT yr = y + at(t, r);
+    const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
+    const A* HWY_RESTRICT s = t.s;
+    const A* HWY_RESTRICT m = t.m;
+    const A* HWY_RESTRICT e = parked + parked_at(r);
+    const bool parked_here = park;
+    return [=](int64_t j, int64_t valid) -> VA {
+      if constexpr (kKind == SoftmaxKind::softmax_grad) {
+        return hn::Mul(LoadWideN(d, yr + j, valid), hn::Sub(LoadWideN(d, gr + j, valid), hn::LoadU(d, s + j)));
+      } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
+        return hn::NegMulAdd(VExp(d, LoadWideN(d, yr + j, valid)), hn::LoadU(d, s + j), LoadWideN(d, gr + j, valid));
+      } else if constexpr (kKind == SoftmaxKind::log_softmax) {
+        return hn::Sub(hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + j)), hn::LoadU(d, s + j));
+      } else {
+        const auto x = parked_here ? hn::LoadU(d, e + j) : VExp(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + j)));
+        return hn::Mul(x, hn::LoadU(d, s + j));
+      }
+    };
+  };
+  auto fill = [&](A* acc, VA v) {
+    for (int64_t c = 0; c < padded; c += L) hn::Store(v, d, acc + c);
+  };
+  // Makes acc[c] fn(column c mod inner's reduction by op). Folded, in an order fixed by the shape:
+  // vectors lcm apart first (c, c + lcm, .. for c < lcm, in that order), then the lanes of one
+  // column within lcm (k, k + inner, ..); the column values then repeat with period inner over
+  // acc, one vector past W. Blocked, acc[c] is its column's already.
+  auto finish = [&](const Tile& t, A* acc, auto&& vop, auto&& op, auto&& fn) {
+    if (folded) {
+      const int64_t lcm = std::lcm(inner, L);
+      for (int64_t c = lcm, k = 0; c < W; c += L, k = k + L == lcm ? 0 : k + L)
+        hn::Store(vop(hn::Load(d, acc + k), hn::Load(d, acc + c)), d, acc + k);
+      HWY_ALIGN A col[4 * hn::MaxLanes(d)] = {};
+      for (int64_t k = 0; k < inner; ++k) {
+        A r = acc[k];
+        for (int64_t c = k + inner; c < lcm; c += inner) r = op(r, acc[c]);
+        col[k] = r;
+      }
+      for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
+      for (int64_t c = 0, k = 0; c < lcm; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
+      for (int64_t c = lcm; c < W + L; c += L) hn::Store(hn::Load(d, acc + c - lcm), d, acc + c);
+    } else {
+      for (int64_t j = 0; j < t.w; j += L) hn::Store(fn(hn::Load(d, acc + j)), d, acc + j);
     }
   };
-  const int64_t scratch = park ? n * padded + L : 0;
-  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / (block * n), scratch, ctx, [&](int64_t b0, int64_t b1, A* sc) {
-    for (int64_t b = b0; b < b1; ++b) unit(b, sc);
-  });
+  const auto add = [](VA a, VA b) { return hn::Add(a, b); };
+  const auto plus = [](A a, A b) { return a + b; };
+  const auto same = [](VA v) { return v; };
+
+  // Between the passes, on the tile in cache: the forwards' sum of exp(x - max).
+  auto middle = [&](const Tile& t, A* parked) {
+    if constexpr (kGrad) {
+      if (folded) finish(t, t.s, add, plus, same);
+    } else {
+      if (folded) finish(t, t.m, [](VA a, VA b) { return hn::Max(a, b); }, [](A a, A b) { return b > a ? b : a; }, same);
+      A* HWY_RESTRICT s = t.s;
+      const A* HWY_RESTRICT m = t.m;
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* HWY_RESTRICT yr = y + at(t, r);
+        A* HWY_RESTRICT e = parked + parked_at(r);
+        const int64_t w = len(t, r);
+        for (int64_t j = 0; j < w; j += L) {
+          const int64_t valid = std::min(L, w - j);
+          auto x = VExp(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::Load(d, m + j)));
+          if (park) hn::Store(x, d, e + j);
+          if (valid < L) x = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), x);
+          hn::Store(hn::Add(hn::Load(d, s + j), x), d, s + j);
+        }
+      }
+      if constexpr (kKind == SoftmaxKind::log_softmax) finish(t, s, add, plus, [&](VA v) { return VLog(d, v); });
+      else finish(t, s, add, plus, [&](VA v) { return hn::Div(hn::Set(d, A(1)), v); });
+    }
+  };
+  auto tile = [&](int64_t u, A* acc) {
+    const int64_t i0 = (u % per_slice) * block;
+    Tile t{(u / per_slice) * slab + i0, folded ? W : std::min(block, inner - i0), acc, acc + stride};
+    fill(t.s, hn::Zero(d));
+    if constexpr (!kGrad) fill(t.m, ninf);
+    return t;
+  };
+
+  // A thread's tiles go in a pipeline: each step of tile u's write pass (from cache) runs in one
+  // loop with the same step of tile u + 1's first pass (from memory), four vectors of each at a
+  // time, so that reads from memory never pause for a write pass. Two sets of accumulators take
+  // turns.
+  const auto keep = [](VA a, VA) { return a; };
+  auto range = [&](int64_t u0, int64_t u1, A* scratch) {
+    A* parked = scratch + 4 * stride;
+    Tile t = tile(u0, scratch);
+    for (int64_t r = 0; r < rows; ++r) FoldBlocks(d, len(t, r), hn::Zero(d), first(t, r), keep);
+    for (int64_t u = u0; u < u1; ++u) {
+      middle(t, parked);
+      const bool more = u + 1 < u1;
+      const Tile next = more ? tile(u + 1, (u - u0) % 2 ? scratch : scratch + 2 * stride) : t;
+      for (int64_t r = 0; r < rows; ++r)
+        FoldBlocksWriting<kStream>(d, more ? len(next, r) : 0, hn::Zero(d), first(next, r), keep, out + at(t, r),
+                                   len(t, r), value(t, parked, r));
+      t = next;
+    }
+  };
+  const int64_t scratch = 4 * stride + (park ? park_len : 0);
+  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx, range);
 }
 
 template <class T, SoftmaxKind kKind>

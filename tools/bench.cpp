@@ -51,7 +51,7 @@ struct SuiteShapes {
 // The default suite: one representative shape per family (two layouts for batch norm), every op.
 // On CPU the rows are then sized beyond the last-level cache; the columns stay.
 const SuiteShapes kDefault = {
-    {{int64_t{1} << 26}}, {{16384, 4096}}, {{8192, 4096}}, {{16384, 1024}}, {{32, 256, 56, 56}},
+    {{int64_t{1} << 26}}, {{16384, 4096}}, {{8192, 4096}}, {{16384, 1024}}, {{32, 256, 56, 56}}, false, {},
 };
 // --full: the shapes of the performance targets, forwards included.
 const SuiteShapes kFull = {
@@ -67,7 +67,7 @@ const SuiteShapes kFull = {
     {{256, 32768, 2}, {8192, 1000, 3}, {64, 32768, 8}, {256, 1000, 96}, {256, 16, 4096}, {32, 128, 4096}},
 };
 const SuiteShapes kQuick = {
-    {{int64_t{1} << 16}}, {{256, 512}}, {{512, 128}, {64, 4096}}, {{512, 768}, {229, 541}}, {{4, 64, 28, 28}}, true,
+    {{int64_t{1} << 16}}, {{256, 512}}, {{512, 128}, {64, 4096}}, {{512, 768}, {229, 541}}, {{4, 64, 28, 28}}, true, {},
 };
 
 // The share of the copy a CPU case is held to (docs/performance.md, "Targets on the CPU"); NaN for

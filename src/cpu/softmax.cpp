@@ -218,7 +218,9 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
     const int64_t lcm = std::lcm(inner, L);
-    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, lcm)));
+    // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
+    // per pass, against slab / L for the pass itself.
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, 8 * lcm)));
   } else {
     // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
     // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row

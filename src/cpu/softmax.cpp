@@ -186,8 +186,8 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
 // Bytes of a strided tile's inputs that its write pass finds again in cache: three quarters of the
 // L2 that the OS reports (768 KiB of Zen 4's 1 MiB holds a whole [1000, 96] f32 slab of both
 // gradient inputs, where half of it split the slab into runs of 192 bytes and ran at two thirds
-// of the speed), 512 KiB when it reports none. Tiles only bound where a column's data is read again, never its reduction
-// order, so a machine-dependent size cannot change results.
+// of the speed), 512 KiB when it reports none. Tiles only bound where a column's data is read
+// again, never its reduction order, so a machine-dependent size cannot change results.
 int64_t TileBudget() {
   static const int64_t budget = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -213,12 +213,14 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
 
   // Narrow inner sizes fold: the slab is one contiguous run read a whole vector at a time, lane c
   // of the vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, L);
-  // acc[c] then folds into column c mod inner, in order of c. W depends on the shape and L only.
+  // acc[c] then folds into column c mod inner (finish below). W depends on the shape and L only.
   const bool folded = inner < 4 * L;
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
     const int64_t lcm = std::lcm(inner, L);
-    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, lcm)));
+    // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
+    // per pass, against slab / L for the pass itself.
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, 8 * lcm)));
   } else {
     // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
     // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row

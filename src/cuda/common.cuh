@@ -81,6 +81,21 @@ Status launch(std::string_view op, const char* what, void (*kernel)(Params...), 
   return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
 }
 
+// Clusters of cfg's shape (its cluster-dimension attribute) of `kernel` the device runs at once: 0
+// where none can be co-scheduled, an invalid cluster size included, whose error is cleared so that
+// no later call reports it.
+template <class Kernel>
+Status resident_clusters(std::string_view op, Kernel kernel, const cudaLaunchConfig_t& cfg, int* clusters) {
+  *clusters = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(clusters, kernel, &cfg);
+  if (e == cudaErrorInvalidClusterSize) {
+    (void)cudaGetLastError();
+    *clusters = 0;
+    return {};
+  }
+  return status_of(e, op, "cudaOccupancyMaxActiveClusters");
+}
+
 // ---- storage and compute types ------------------------------------------------------------------
 
 // The device-side storage type of a DType, and its compute type: f32 for f16/bf16/f32, f64 for f64.

@@ -290,13 +290,11 @@ Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, i
   cfg.attrs = &cl;
   cfg.numAttrs = 1;
   int clusters = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-  if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
-    (void)cudaGetLastError();
+  if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+  if (clusters < 1) {
     h->ok = false;
     return {};
   }
-  if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
   if (h->groups > clusters) {  // a cluster takes one row a step; every cluster the same number of steps
     const int64_t rounds = ln_ceil_div(rows, clusters);
     h->groups = ln_ceil_div(rows, rounds);

@@ -348,12 +348,8 @@ Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context&
   cfg.numAttrs = C > 1 ? 1 : 0;
   if constexpr (C > 1) {
     int clusters = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (e == cudaErrorInvalidClusterSize || (e == cudaSuccess && clusters < 1)) {
-      (void)cudaGetLastError();
-      return {};  // cannot be co-scheduled here
-    }
-    if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
+    if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+    if (clusters < 1) return {};  // cannot be co-scheduled here
     resident = clusters;
   } else {
     int per_sm = 0;
@@ -485,13 +481,8 @@ Status cluster_fits(std::string_view op, const DeviceInfo& dev, int threads, boo
     cfg.attrs = &cluster;
     cfg.numAttrs = 1;
     int clusters = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (e == cudaErrorInvalidClusterSize) {
-      (void)cudaGetLastError();
-    } else {
-      if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
-      *fits = clusters >= 1;
-    }
+    if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+    *fits = clusters >= 1;
   }
   if (cacheable) cache[dev.ordinal][slot].store(*fits ? 2 : 1, std::memory_order_relaxed);
   return {};

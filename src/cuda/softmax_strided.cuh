@@ -330,13 +330,8 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
               !s)
             return s;
         int clusters = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-        if (e == cudaErrorInvalidClusterSize) {
-          (void)cudaGetLastError();
-        } else {
-          if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) return s;
-          *fits = clusters >= 1;
-        }
+        if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+        *fits = clusters >= 1;
       }
       if (cacheable) cache[dev.ordinal][p.blocks].store(*fits ? 2 : 1, std::memory_order_relaxed);
     }
@@ -349,10 +344,7 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
   int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
   if constexpr (kCluster) {
     int resident = 0;
-    if (Status s = status_of(cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg), op,
-                             "cudaOccupancyMaxActiveClusters");
-        !s)
-      return s;
+    if (Status s = resident_clusters(op, kernel, cfg, &resident); !s) return s;
     clusters = even_grid(p.tiles, std::max(resident, 1));
   }
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));

@@ -130,6 +130,14 @@ int64_t default_stream_min_bytes() {
 std::atomic<int64_t> g_stream_min_bytes{-1};
 }  // namespace
 
+int64_t l2_reuse_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 >= (int64_t{64} << 10) ? static_cast<int64_t>(l2) / 4 * 3 : int64_t{512} << 10;
+  }();
+  return bytes;
+}
+
 int64_t stream_min_bytes() {
   static const int64_t fallback = default_stream_min_bytes();
   const int64_t set = g_stream_min_bytes.load(std::memory_order_relaxed);

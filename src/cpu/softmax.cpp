@@ -39,8 +39,6 @@
 #define HWY_TARGET_INCLUDE "cpu/softmax.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -183,19 +181,6 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
 
 // ---- inner > 1: a non-last axis, in place on the strided data --------------------------------
 
-// Bytes of a strided tile's inputs that its write pass finds again in cache: three quarters of the
-// L2 that the OS reports (768 KiB of Zen 4's 1 MiB holds a whole [1000, 96] f32 slab of both
-// gradient inputs, where half of it split the slab into runs of 192 bytes and ran at two thirds
-// of the speed), 512 KiB when it reports none. Tiles only bound where a column's data is read
-// again, never its reduction order, so a machine-dependent size cannot change results.
-int64_t TileBudget() {
-  static const int64_t budget = [] {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 >= (int64_t{64} << 10) ? static_cast<int64_t>(l2) / 4 * 3 : int64_t{512} << 10;
-  }();
-  return budget;
-}
-
 template <class T, SoftmaxKind kKind, bool kStream>
 Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const ComputeTag<T> d;
@@ -227,7 +212,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // serves inner position i0 + k L + i. Blocks of one slice share its width (a multiple of L).
     // A column costs its inputs (and parked values) and four accumulators (two sets take turns).
     const int64_t column_bytes = n * elem_bytes + 4 * int64_t{sizeof(A)};
-    const int64_t nb = std::max<int64_t>(1, chunk_count(inner * column_bytes, TileBudget()));
+    const int64_t nb = std::max<int64_t>(1, chunk_count(inner * column_bytes, l2_reuse_bytes()));
     block = std::min(inner, chunk_count(chunk_count(inner, nb), L) * L);
     // Runs shorter than 1 KiB, a page apart, cost more (in what the prefetchers and the TLB can
     // follow) than reading a tile past the L2 back from the L3: 64x1024x4096 SoftmaxGrad_13 went
@@ -239,7 +224,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
   // Softmax parks exp(x - max) where the tile's inputs and parked values fit the budget together
   // (exp is most of a forward's compute; the write pass then only multiplies).
-  const bool park = kSoftmax && (park_len - L) * elem_bytes <= TileBudget();
+  const bool park = kSoftmax && (park_len - L) * elem_bytes <= l2_reuse_bytes();
   // Short runs far apart defeat the hardware prefetchers (they follow runs within a page): ask for
   // the row kPrefetchBytes of runs ahead.
   const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));

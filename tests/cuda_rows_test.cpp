@@ -44,8 +44,8 @@ struct RowCase {
 const char* const kRows[] = {
     "cuda:flat_bias_vec16", "cuda:bias_row_vec16", "cuda:bias_2d_vec16", "cuda:flat_vec16",
     "cuda:bias_2d_scalar",  "cuda:flat_scalar",    "cuda:warp_per_row",  "cuda:block_per_row",
-    "cuda:cluster_per_row", "cuda:two_pass",       "cuda:strided",       "cuda:rows_per_warp",
-    "cuda:general",
+    "cuda:cluster_per_row", "cuda:two_pass",       "cuda:strided_held",  "cuda:strided",
+    "cuda:rows_per_warp",   "cuda:general",
 };
 
 TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
@@ -81,8 +81,14 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:two_pass", OpId::SoftmaxGrad_13, DType::f32, {1, 262144}, -1, {0}, {}},
       {"cuda:two_pass", OpId::Softmax_13, DType::f64, {2, 16384}, -1, {0}, {}},  // measured faster for f64
       {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f32, {3, 5000}, -1, {1, 2, 0}, {}},
-      {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
-      {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
+      // Other axes: held in registers by one block or a cluster of up to 16, else walked in passes
+      // (f32 in 16-byte packs: 32 lanes of 4 values a block, so an axis past 2048 is too long;
+      // one 2-byte element a thread on misaligned tensors: 36 lanes of 16, past 9216).
+      {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
+      {"cuda:strided_held", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
+      {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {2, 2048, 32}, 1, {0}, {}},
+      {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 4096, 32}, 1, {0}, {}},
+      {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {2, 10000, 7}, 1, {1, 2, 0}, {}},
       // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:
       // rows held by lanes of a warp, by a block, by a cluster (the forwards hold 8 packs a thread
       // where the gradients hold 4, so 16384 columns are a block's for them), else the general

@@ -131,7 +131,7 @@ __device__ __forceinline__ void gelu_parts(float x, float& e, float& h) {
 // gelu(x) = -a Z P or x - a Z P: no cancellation in either tail. Simulated in f32 against float64
 // over [-20, 20]: gelu' within 3.0e-7 absolute, gelu within 9.6e-7. About 16 instructions an
 // element, half the long form's: the 16-bit kernels move 4 bytes an element and were issue-bound.
-// a is clamped at 16 (Z is 0 in f32 long before) with NaN kept, so +-inf give 1 and 0.
+// a is clamped at 16 (Z is 0 in f32 long before) with NaN kept, so gelu' at +-inf is 1 and 0.
 struct GeluShort {
   float a, z, zp;  // |x| (clamped), Z(a), Z(a) P(t)
 };
@@ -157,7 +157,9 @@ __device__ __forceinline__ float gelu_derivative(float x) {
   } else {
     float e, h;
     gelu_parts(x, e, h);
-    const float w = x * static_cast<float>(kInvSqrt2Pi);
+    // x/sqrt(2 pi) from x clamped to [-64, 64], where e is 0 long before: +-inf give the limits 0
+    // and 1, not inf * 0 (NaN in x is NaN in e, and stays NaN).
+    const float w = fminf(fmaxf(x, -64.0f), 64.0f) * static_cast<float>(kInvSqrt2Pi);
     return x < 0.0f ? e * (h + w) : fmaf(-e, h - w, 1.0f);
   }
 }
@@ -165,7 +167,9 @@ template <bool kShort>
 __device__ __forceinline__ float gelu(float x) {
   if constexpr (kShort) {
     const GeluShort s = gelu_short(x);
-    return x < 0.0f ? -s.a * s.zp : fmaf(-s.a, s.zp, x);
+    // x Z P for x < 0 (= -a Z P below the clamp), so that -inf gives NaN as x Phi(x) does in f32
+    // and f64 and in the oracle, not the clamped -0.
+    return x < 0.0f ? x * s.zp : fmaf(-s.a, s.zp, x);
   } else {
     float e, h;
     gelu_parts(x, e, h);

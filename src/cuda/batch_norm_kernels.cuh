@@ -367,8 +367,9 @@ __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double s
     double mu = 0, var = 0, unbiased = NAN;
     if (any) {
       const double dev = sum1 / count;
-      double m2 = count > 1 ? sum2 - sum1 * dev : 0.0;  // one value has no spread
-      if (m2 < 0) m2 = 0;                               // rounding; NaN stays NaN
+      // M2 = S2 - S1·d as the CPU forms it: one value has no spread, rounding may take it just
+      // below 0, NaN stays NaN (and a count that is not a whole number is taken as given).
+      const double raw = sum2 - sum1 * dev, m2 = count == 1 || raw < 0 ? 0.0 : raw;
       mu = shift_of(a, c) + dev;
       var = m2 / count;
       if (count > 1) unbiased = m2 / (count - 1);
@@ -433,9 +434,12 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
     // d = K0 - K.
     const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
     const double d = k0 - shift_of(a, c);
-    if (isfinite(d)) {
+    if (isfinite(d) && isfinite(t2)) {
       sum1 = t1 + count * d;
       sum2 = t2 + 2 * d * t1 + count * d * d;
+    } else if (isfinite(d)) {  // an infinite or NaN value after the first: its square is the sum
+      sum1 = t1 + count * d;   // (the cross term 2d·Σ(x - K0) would be inf - inf for one sign of d)
+      sum2 = t2 + count * d * d;
     } else {  // an infinite or NaN first value: the sums are too (not inf - inf from the deviations)
       sum1 = count * d;
       sum2 = count * d * d;

@@ -44,9 +44,10 @@ mkdir -p "$out"
 command -v nvidia-smi >/dev/null || { echo "gpu_bench.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
 # The executables that hold CUDA tests: the families' (CPU and CUDA), the support query over every
-# device, the stream contract, the rows, and the robustness tests (streams, threads, allocation).
+# device, the special-value sweep over every device, the stream contract, the rows, and the
+# robustness tests (streams, threads, allocation).
 ort_tests=(onnxruntime_test onnxruntime_cuda_test)  # with --onnxruntime
-cuda_tests=(activation_test softmax_test layer_norm_test batch_norm_test contract_test cuda_stream_test cuda_rows_test cuda_robustness_test)
+cuda_tests=(activation_test softmax_test layer_norm_test batch_norm_test contract_test special_values_test cuda_stream_test cuda_rows_test cuda_robustness_test)
 lib="$build/libgradops.so" test_dir="$build/tests"
 if [ -n "$prebuilt" ]; then
   lib="$prebuilt/libgradops.so" test_dir="$prebuilt"

@@ -1,5 +1,6 @@
 // Every CUDA implementation row names the kernel that runs: for each row, calls that the row
-// takes (each kernel choice of each family, LayerNorm's in both directions), whose
+// takes (each kernel choice of each family, LayerNorm's in both directions, BatchNorm's in both
+// layouts), whose
 // implementation_name is that row, whose GRADOPS_VERBOSE=dispatch log says that row's run() ran
 // (and it launches only its own kernel), and whose outputs match the float64 oracle. Reports
 // SKIPPED where no GPU is visible.
@@ -119,6 +120,48 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
     covered.insert(c.row);
   }
   for (const char* row : kRows) EXPECT_EQ(covered.count(row), 1u) << row << " has no case here";
+}
+
+// BatchNorm: runs along NCHW's spatial axis in 16-byte packs, 8-byte packs or single elements,
+// and NHWC's channel columns in 16-byte packs or single elements; both fused ops.
+TEST_F(Cuda, EveryBatchNormRowNamesTheKernelThatRuns) {
+  ASSERT_TRUE(kDispatchLogOn);
+  struct BnCase {
+    const char* row;
+    DType t;
+    std::vector<int64_t> shape;
+    bool channels_last;
+  };
+  const BnCase cases[] = {
+      {"cuda:runs_vec16", DType::f32, {2, 16, 8, 8}, false}, {"cuda:runs_vec8", DType::bf16, {2, 16, 14, 14}, false},
+      {"cuda:runs", DType::f32, {2, 16, 7, 7}, false},       {"cuda:columns_vec16", DType::f32, {2, 8, 8, 16}, true},
+      {"cuda:columns", DType::f32, {2, 8, 8, 15}, true},
+  };
+  std::set<std::string> covered;
+  for (OpId id : {OpId::BatchNormalizationGrad, OpId::BatchNormInternal})
+    for (const BnCase& c : cases) {
+      Problem p;
+      p.op = id;
+      p.sig = {{c.t, c.t, DType::f32}};
+      p.shape = c.shape;
+      p.attrs = {{"channels_last", c.channels_last ? 1.0 : 0.0}};
+      p.device = Device::cuda();
+      const std::string_view op = op_schema(id).name;
+      Case k(p);
+      std::string named;
+      ASSERT_TRUE(k.implementation(&named).is_ok()) << op;
+      k.poison_outputs();
+      testing::internal::CaptureStderr();
+      const Status s = k.run();
+      const std::string log = testing::internal::GetCapturedStderr();
+      ASSERT_TRUE(s.is_ok()) << op << ": " << s.to_string();
+      const Report r = k.compare();
+      EXPECT_TRUE(r.pass) << op << " on " << c.row << ": " << r.detail;
+      EXPECT_EQ(named, c.row) << op << " (" << dtype_name(c.t) << "): implementation_name\n" << log;
+      EXPECT_EQ(row_that_ran(log, op), c.row) << op << " (" << dtype_name(c.t) << "): the dispatch log\n" << log;
+      covered.insert(c.row);
+    }
+  EXPECT_EQ(covered.size(), std::size(cases));
 }
 
 }  // namespace

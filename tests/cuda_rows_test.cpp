@@ -1,9 +1,8 @@
 // Every CUDA implementation row names the kernel that runs: for each row, calls that the row
 // takes (each kernel choice of each family, LayerNorm's in both directions, BatchNorm's in both
-// layouts), whose
-// implementation_name is that row, whose GRADOPS_VERBOSE=dispatch log says that row's run() ran
-// (and it launches only its own kernel), and whose outputs match the float64 oracle. Reports
-// SKIPPED where no GPU is visible.
+// layouts), whose implementation_name is that row, whose GRADOPS_VERBOSE=dispatch log says that
+// row's run() ran (and it launches only its own kernel), and whose outputs match the float64
+// oracle. Reports SKIPPED where no GPU is visible.
 #include <cstdlib>
 #include <set>
 #include <sstream>

@@ -83,7 +83,7 @@ fetch_cuda() {
   else
     command -v npm >/dev/null || { echo "fetch_onnxruntime: 'npm' is needed for --cuda without a TARBALL" >&2; return 1; }
     echo "fetch_onnxruntime: downloading $cuda_package@$version (ONNX Runtime $ort_version's CUDA provider, 179 MB) through npm"
-    tgz="$(cd "$work" && npm pack --silent "$cuda_package@$version" 2>/dev/null | tail -n 1)"
+    tgz="$(cd "$work" && npm pack --silent --cache "$work/npm-cache" "$cuda_package@$version" 2>/dev/null | tail -n 1)"
     [ -n "$tgz" ] && tgz="$work/$tgz"
   fi
   if [ -z "$tgz" ] || [ ! -f "$tgz" ]; then
@@ -118,7 +118,8 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 echo "fetch_onnxruntime: downloading $package@$version (ONNX Runtime $ort_version, about 150 MB) through npm"
-tgz="$(cd "$work" && npm pack --silent "$package@$version" 2>/dev/null | tail -n 1)"
+# npm's cache goes in the temporary folder too: the package is not kept twice on the disk.
+tgz="$(cd "$work" && npm pack --silent --cache "$work/npm-cache" "$package@$version" 2>/dev/null | tail -n 1)"
 if [ -z "$tgz" ] || [ ! -f "$work/$tgz" ]; then
   echo "fetch_onnxruntime: 'npm pack $package@$version' failed; is the npm registry reachable?" >&2
   exit 1

@@ -39,6 +39,8 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The downloaded .deb files are not kept: hundreds of megabytes (PyTorch, clang) of a small disk.
+  $sudo_cmd apt-get clean
 fi
 
 if ((!bench_only)) && [ -x scripts/fetch_onnxruntime.sh ]; then

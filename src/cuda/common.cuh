@@ -81,19 +81,17 @@ Status launch(std::string_view op, const char* what, void (*kernel)(Params...), 
   return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
 }
 
-// Clusters of cfg's shape (its cluster-dimension attribute) of `kernel` the device runs at once: 0
-// where none can be co-scheduled, an invalid cluster size included, whose error is cleared so that
-// no later call reports it.
-template <class Kernel>
-Status resident_clusters(std::string_view op, Kernel kernel, const cudaLaunchConfig_t& cfg, int* clusters) {
-  *clusters = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(clusters, kernel, &cfg);
-  if (e == cudaErrorInvalidClusterSize) {
-    (void)cudaGetLastError();
-    *clusters = 0;
-    return {};
-  }
-  return status_of(e, op, "cudaOccupancyMaxActiveClusters");
+// Clusters of `size` blocks of `threads` threads of `kernel` (no dynamic shared memory) that the
+// device runs at once: 0 where none can be co-scheduled (a device without cluster launch, a kernel
+// built for an architecture before sm_90, a cluster too large for a GPC). Sizes beyond the portable
+// 8 are allowed on the kernel first. The driver is asked once per kernel, device, size and block
+// size, and the answer cached: it depends on nothing else, and launch decisions ask it every call.
+Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
+                         int* clusters);
+template <class... Params>
+Status resident_clusters(std::string_view op, void (*kernel)(Params...), const DeviceInfo& dev, int size, int threads,
+                         int* clusters) {
+  return resident_clusters(op, reinterpret_cast<const void*>(kernel), dev, size, threads, clusters);
 }
 
 // ---- storage and compute types ------------------------------------------------------------------

@@ -269,28 +269,8 @@ inline HeldShape held_shape(int64_t rows, int64_t packs, int max_packs = kLnMaxP
 // for a second wave; h->ok = false where none can run (no clusters, or too few registers).
 template <class Kernel>
 Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, int64_t rows, HeldShape* h) {
-  if (!dev.cluster_launch) {
-    h->ok = false;
-    return {};
-  }
-  cudaFuncAttributes attr{};
-  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-  if (attr.binaryVersion < 90) {
-    h->ok = false;
-    return {};
-  }
-  cudaLaunchAttribute cl{};
-  cl.id = cudaLaunchAttributeClusterDimension;
-  cl.val.clusterDim.x = static_cast<unsigned>(h->cluster);
-  cl.val.clusterDim.y = 1;
-  cl.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(h->cluster));
-  cfg.blockDim = dim3(static_cast<unsigned>(h->threads));
-  cfg.attrs = &cl;
-  cfg.numAttrs = 1;
   int clusters = 0;
-  if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+  if (Status s = resident_clusters(op, kernel, dev, h->cluster, h->threads, &clusters); !s) return s;
   if (clusters < 1) {
     h->ok = false;
     return {};

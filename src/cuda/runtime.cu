@@ -1,7 +1,10 @@
 // The CUDA backend's runtime glue: the default scratch allocator (stream-ordered, on the context's
-// stream), CUDA errors as statuses, and cached device properties.
+// stream), CUDA errors as statuses, and cached device properties and cluster occupancy.
+#include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "core/workspace.hpp"
 #include "cuda/common.cuh"
@@ -50,6 +53,56 @@ Status current_device(std::string_view op, DeviceInfo* out) {
     known[ordinal] = true;
   }
   *out = d;
+  return {};
+}
+
+Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
+                         int* clusters) {
+  *clusters = 0;
+  if (!dev.cluster_launch || size < 1) return {};
+  using Key = std::tuple<std::uintptr_t, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, int> cache;
+  const Key key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal, size, threads};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      *clusters = it->second;
+      return {};
+    }
+  }
+  cudaFuncAttributes attr{};
+  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+  int n = 0;
+  if (attr.binaryVersion >= 90) {
+    if (size > 8)
+      if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                               "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+          !s)
+        return s;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(size);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(size));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    // An invalid cluster size is an answer (none fit), and its error is cleared so that no later
+    // call reports it.
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+    if (e == cudaErrorInvalidClusterSize) {
+      (void)cudaGetLastError();
+      n = 0;
+    } else if (Status s = status_of(e, op, "cudaOccupancyMaxActiveClusters"); !s) {
+      return s;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, n);
+  *clusters = n;
   return {};
 }
 

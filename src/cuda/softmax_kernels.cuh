@@ -29,7 +29,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -324,17 +323,6 @@ Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context&
                        Kernel kernel, int threads, const char* what, Count&& count, bool* launched) {
   *launched = false;
   int64_t resident = 0;
-  if constexpr (C > 1) {
-    cudaFuncAttributes attr{};
-    if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-    if (!dev.cluster_launch || attr.binaryVersion < 90) return {};
-  }
-  if constexpr (C > 8) {
-    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                             "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-        !s)
-      return s;
-  }
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = C;
@@ -348,7 +336,7 @@ Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context&
   cfg.numAttrs = C > 1 ? 1 : 0;
   if constexpr (C > 1) {
     int clusters = 0;
-    if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
+    if (Status s = resident_clusters(op, kernel, dev, C, threads, &clusters); !s) return s;
     if (clusters < 1) return {};  // cannot be co-scheduled here
     resident = clusters;
   } else {
@@ -445,47 +433,13 @@ Status run_block(std::string_view op, const SoftmaxDesc& d, const Context& ctx) 
 }
 
 // Whether clusters of C blocks of `threads` threads of block_kernel<K, T, VEC, C, 2, N> can be
-// co-scheduled on this device (as launch_clusters asks before it launches them), cached per
-// device and block size: the answer depends on nothing else.
+// co-scheduled on this device (as launch_clusters asks before it launches them).
 template <SoftmaxKind K, class T, int VEC, int C, int N>
 Status cluster_fits(std::string_view op, const DeviceInfo& dev, int threads, bool* fits) {
-  constexpr auto kernel = block_kernel<K, T, VEC, C, 2, N>;
-  constexpr int kDevices = 16, kSizes = kBlockMaxThreads / 32 + 1;
-  static std::atomic<int> cache[kDevices][kSizes];  // 0: not asked yet, 1: no, 2: yes
-  const int slot = threads / 32;
-  const bool cacheable = dev.ordinal < kDevices && threads % 32 == 0 && slot < kSizes;
-  if (cacheable) {
-    if (const int v = cache[dev.ordinal][slot].load(std::memory_order_relaxed); v > 0) {
-      *fits = v == 2;
-      return {};
-    }
-  }
-  *fits = false;
-  cudaFuncAttributes attr{};
-  if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-  if (dev.cluster_launch && attr.binaryVersion >= 90) {
-    if constexpr (C > 8) {
-      if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                               "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-          !s)
-        return s;
-    }
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = C;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(C);
-    cfg.blockDim = dim3(threads);
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
-    *fits = clusters >= 1;
-  }
-  if (cacheable) cache[dev.ordinal][slot].store(*fits ? 2 : 1, std::memory_order_relaxed);
-  return {};
+  int clusters = 0;
+  Status s = resident_clusters(op, block_kernel<K, T, VEC, C, 2, N>, dev, C, threads, &clusters);
+  *fits = clusters >= 1;
+  return s;
 }
 
 template <SoftmaxKind K, class T, int VEC, int N>

@@ -159,17 +159,17 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   const int64_t pe = pack_elems(d);
   const int64_t es = static_cast<int64_t>(elem_size(d));
   p.len = d.axis_len;
+  const int64_t row = d.inner <= 128 ? lcm64(d.inner, pe) : 0;  // a folded row's elements
   if (all_aligned16(d) && d.inner % pe == 0) {
     p.vec = static_cast<int>(pe);
-  } else if (const int64_t row = d.inner <= 128 ? lcm64(d.inner, pe) : 0;
-             all_aligned16(d) && row > 0 && row * es <= 128 && d.axis_len % (row / d.inner) == 0) {
+  } else if (all_aligned16(d) && row > 0 && row * es <= 128 && d.axis_len % (row / d.inner) == 0) {
     p.vec = static_cast<int>(pe);
     p.fold = static_cast<int>(d.inner);
     p.len = d.axis_len / (row / d.inner);
   }
   const int unit = p.vec * static_cast<int>(elem_size(d));
   p.n = strided_held_units(unit);
-  p.units = p.fold > 1 ? lcm64(d.inner, pe) / pe : d.inner / p.vec;
+  p.units = p.fold > 1 ? row / pe : d.inner / p.vec;
   const int64_t line = std::max(1, 128 / unit);
   const int tx_min = static_cast<int>(std::min(p.units, line));
   const int64_t lanes = ceil_div(p.len, p.n);  // lanes along the axis one block would need

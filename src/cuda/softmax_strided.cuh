@@ -82,7 +82,7 @@ struct HeldArgs {
   const void* dy;
   const void* y;
   void* out;
-  int64_t outer, len, units, tiles;
+  int64_t outer, len, units;
   int tx, ty, fold;
 };
 
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldA
   const P* yp = static_cast<const P*>(a.y);
   const P* gp = static_cast<const P*>(a.dy);
   P* outp = static_cast<P*>(a.out);
-  const int64_t columns = a.outer * a.units;
-  for (int64_t tile = blockIdx.x / C; tile < a.tiles; tile += gridDim.x / C) {
+  const int64_t columns = a.outer * a.units, tiles = (columns + a.tx - 1) / a.tx;
+  for (int64_t tile = blockIdx.x / C; tile < tiles; tile += gridDim.x / C) {
     const int64_t c = tile * a.tx + tx;
     const bool live = c < columns;
     const int64_t base = live ? (c / a.units) * a.len * a.units + c % a.units : 0;
@@ -295,61 +295,41 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
 }
 
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled
-// on this device, asked once per device and cluster size at the largest block (fewer threads
-// fit wherever that does); with ctx, it also launches, one tile per cluster.
+// on this device, asked at the largest block (fewer threads fit wherever that does); with ctx, it
+// also launches, one tile per cluster.
 template <SoftmaxKind K, class T, int VEC, bool kCluster>
 Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                    const Context* ctx, bool* fits) {
   constexpr auto kernel = strided_held_kernel<K, T, VEC, kCluster>;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(p.blocks);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.blocks));
-  cfg.blockDim = dim3(kStridedHeldThreads);
-  cfg.attrs = kCluster ? &cluster : nullptr;
-  cfg.numAttrs = kCluster ? 1 : 0;
   *fits = true;
   if constexpr (kCluster) {
-    constexpr int kDevices = 16;
-    static std::atomic<int> cache[kDevices][kMaxCluster + 1];  // 0: not asked yet, 1: no, 2: yes
-    const bool cacheable = dev.ordinal < kDevices && p.blocks <= kMaxCluster;
-    const int known = cacheable ? cache[dev.ordinal][p.blocks].load(std::memory_order_relaxed) : 0;
-    if (known > 0) {
-      *fits = known == 2;
-    } else {
-      *fits = false;
-      cudaFuncAttributes attr{};
-      if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
-      if (dev.cluster_launch && attr.binaryVersion >= 90) {
-        if (p.blocks > 8)
-          if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                                   "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-              !s)
-            return s;
-        int clusters = 0;
-        if (Status s = resident_clusters(op, kernel, cfg, &clusters); !s) return s;
-        *fits = clusters >= 1;
-      }
-      if (cacheable) cache[dev.ordinal][p.blocks].store(*fits ? 2 : 1, std::memory_order_relaxed);
-    }
+    int clusters = 0;
+    if (Status s = resident_clusters(op, kernel, dev, p.blocks, kStridedHeldThreads, &clusters); !s) return s;
+    *fits = clusters >= 1;
   }
   if (!ctx || !*fits) return {};
-  cfg.blockDim = dim3(static_cast<unsigned>(p.tx * p.ty));
+  const int threads = p.tx * p.ty;
   // Plain blocks take a tile each. Clusters stay resident and loop over the tiles: launched one
   // tile each, clusters of 8 to 16 ran at 0.24 to 0.71 of copy on an H100 (each must wait for that
   // many free multiprocessors of one GPC).
   int64_t clusters = std::min<int64_t>(p.tiles, 0x7fffffff / p.blocks);
   if constexpr (kCluster) {
     int resident = 0;
-    if (Status s = resident_clusters(op, kernel, cfg, &resident); !s) return s;
+    if (Status s = resident_clusters(op, kernel, dev, p.blocks, threads, &resident); !s) return s;
     clusters = even_grid(p.tiles, std::max(resident, 1));
   }
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(p.blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.attrs = kCluster ? &cluster : nullptr;
+  cfg.numAttrs = kCluster ? 1 : 0;
   cfg.stream = stream_of(*ctx);
-  const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tiles, p.tx, p.ty, p.fold};
+  const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tx, p.ty, p.fold};
   return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the strided held launch");
 }
 

@@ -642,12 +642,11 @@ class Kernel {
   // The channel's outputs and its elementwise coefficients from its two sums over `count` values
   // (this call's, or every participant's for the split's apply half).
   void finish_from(int64_t ch, double sum1, double sum2, double count) {
-    const bool any = count > 0;
     if constexpr (kGrad) {
       // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean) so that
       // x - mean is formed before any scaling (x may sit far from zero). The sums hold values of
       // the compute type when they come from one reduce; a sum over several is rounded to it once.
-      const A inv_count = any ? A(1) / static_cast<A>(count) : A(0);
+      const A inv_count = count > 0 ? A(1) / static_cast<A>(count) : A(0);
       const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
       store_as(d_.t1, d_.dbias, ch, s1);
       store_as(d_.t1, d_.dscale, ch, s2);
@@ -656,35 +655,21 @@ class Kernel {
       cb_[ch] = -(a * (s1 * inv_count));
       cc_[ch] = -(a * istd_[ch]) * (s2 * inv_count);
     } else {
-      // Mc = 0: no batch, so the running statistics pass through unchanged (PyTorch skips the
-      // update too) and the saved ones are those of an empty sum: mean 0, variance 0. Mc = 1: the
-      // unbiased variance is undefined and running_var becomes NaN, as cuDNN's and PyTorch's
-      // formulas give. The statistics are formed in f64: var = Σ(x − K)²/Mc − d², d = Σ(x − K)/Mc,
-      // cancels in proportion to d²/var, which f64 absorbs for any T (docs/ops/batch_norm.md).
-      const double eps = static_cast<double>(d_.epsilon), mom = static_cast<double>(d_.momentum), keep = 1 - mom;
-      // Read before any write: running_* may be the very buffers of input_*.
-      const double old_mean = load_as<double>(d_.t2, d_.input_mean, ch);
-      const double old_var = load_as<double>(d_.t2, d_.input_var, ch);
-      double mu = 0, var = 0, unbiased = std::numeric_limits<double>::quiet_NaN();
-      if (any) {
-        const double dev = sum1 / count;
-        // M2 = S2 − S1·d: one value has no spread (exactly 0, whatever rounding left), and
-        // rounding may take it just below 0; NaN stays NaN.
-        const double raw = sum2 - sum1 * dev, m2 = count == 1 || raw < 0 ? 0.0 : raw;
-        mu = shift_[ch] + dev;
-        var = m2 / count;
-        if (count > 1) unbiased = m2 / (count - 1);
-      }
-      const double istd = 1 / std::sqrt(var + eps);
-      store_as(d_.t2, d_.saved_mean, ch, static_cast<A>(mu));
-      store_as(d_.t2, d_.saved_inv_std, ch, static_cast<A>(istd));
-      store_as(d_.t2, d_.running_mean, ch, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
-      store_as(d_.t2, d_.running_var, ch, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
-      mean_[ch] = static_cast<A>(mu);
+      // The statistics in f64 (ops/batch_norm.hpp). Read before any write: running_* may be the
+      // very buffers of input_*.
+      const double eps = static_cast<double>(d_.epsilon);
+      const BatchNormChannelStats st = batch_norm_channel_stats(
+          shift_[ch], sum1, sum2, count, eps, static_cast<double>(d_.momentum),
+          load_as<double>(d_.t2, d_.input_mean, ch), load_as<double>(d_.t2, d_.input_var, ch));
+      store_as(d_.t2, d_.saved_mean, ch, static_cast<A>(st.mean));
+      store_as(d_.t2, d_.saved_inv_std, ch, static_cast<A>(st.inv_std));
+      store_as(d_.t2, d_.running_mean, ch, static_cast<A>(st.running_mean));
+      store_as(d_.t2, d_.running_var, ch, static_cast<A>(st.running_var));
+      mean_[ch] = static_cast<A>(st.mean);
       // epsilon 0 and a channel without spread: every (x − mean)/0 is 0/0, NaN as the oracle says;
-      // rounding in mu = K + dev would otherwise leave ±inf where x − mean is not exactly 0.
-      ca_[ch] = var + eps == 0 ? std::numeric_limits<A>::quiet_NaN()
-                               : static_cast<A>(istd * load_as<double>(d_.t1, d_.scale, ch));
+      // rounding in mean = K + dev would otherwise leave ±inf where x − mean is not exactly 0.
+      ca_[ch] = st.var + eps == 0 ? std::numeric_limits<A>::quiet_NaN()
+                                  : static_cast<A>(st.inv_std * load_as<double>(d_.t1, d_.scale, ch));
       cb_[ch] = load_as<A>(d_.t1, d_.bias, ch);
     }
   }

@@ -344,11 +344,10 @@ template <class T, bool kGrad>
 __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double sum1, double sum2, double count) {
   using A = compute_t<T>;
   A* cf = static_cast<A*>(a.coef);
-  const bool any = count > 0;
   if constexpr (kGrad) {
     // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean), so that
     // x - mean is formed before any scaling.
-    const A inv_count = any ? A(1) / static_cast<A>(count) : A(0);
+    const A inv_count = count > 0 ? A(1) / static_cast<A>(count) : A(0);
     const A istd = load_dt<A>(a.t2, a.inv_std, c);
     const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
     store_dt(a.t1, a.dbias, c, s1);
@@ -359,31 +358,20 @@ __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double s
     cf[2 * a.c + c] = -(k * istd) * (s2 * inv_count);
     cf[3 * a.c + c] = load_dt<A>(a.t2, a.mean, c);
   } else {
-    // Mc = 0: the running statistics pass through, the saved ones are an empty sum's (mean 0,
-    // variance 0). Mc = 1: the unbiased variance is undefined and running_var becomes NaN. The
-    // statistics are formed in f64 from the sums about K = input_mean.
-    const double eps = a.epsilon, mom = a.momentum, keep = 1 - mom;
-    const double old_mean = load_dt<double>(a.t2, a.input_mean, c), old_var = load_dt<double>(a.t2, a.input_var, c);
-    double mu = 0, var = 0, unbiased = NAN;
-    if (any) {
-      const double dev = sum1 / count;
-      // M2 = S2 - S1·d as the CPU forms it: one value has no spread, rounding may take it just
-      // below 0, NaN stays NaN (and a count that is not a whole number is taken as given).
-      const double raw = sum2 - sum1 * dev, m2 = count == 1 || raw < 0 ? 0.0 : raw;
-      mu = shift_of(a, c) + dev;
-      var = m2 / count;
-      if (count > 1) unbiased = m2 / (count - 1);
-    }
-    const double istd = 1 / ::sqrt(var + eps);
-    store_dt(a.t2, a.saved_mean, c, static_cast<A>(mu));
-    store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(istd));
-    store_dt(a.t2, a.running_mean, c, static_cast<A>(any ? mom * old_mean + keep * mu : old_mean));
-    store_dt(a.t2, a.running_var, c, static_cast<A>(any ? mom * old_var + keep * unbiased : old_var));
+    // The statistics in f64 (ops/batch_norm.hpp), as the CPU forms them.
+    const double eps = a.epsilon;
+    const BatchNormChannelStats st =
+        batch_norm_channel_stats(shift_of(a, c), sum1, sum2, count, eps, a.momentum,
+                                 load_dt<double>(a.t2, a.input_mean, c), load_dt<double>(a.t2, a.input_var, c));
+    store_dt(a.t2, a.saved_mean, c, static_cast<A>(st.mean));
+    store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(st.inv_std));
+    store_dt(a.t2, a.running_mean, c, static_cast<A>(st.running_mean));
+    store_dt(a.t2, a.running_var, c, static_cast<A>(st.running_var));
     // epsilon 0 and a channel without spread: (x − mean)/0 is 0/0, NaN (as on the CPU).
-    cf[c] = var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(istd * load_dt<double>(a.t1, a.scale, c));
+    cf[c] = st.var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(st.inv_std * load_dt<double>(a.t1, a.scale, c));
     cf[a.c + c] = load_dt<A>(a.t1, a.bias, c);
     cf[2 * a.c + c] = A(0);
-    cf[3 * a.c + c] = static_cast<A>(mu);
+    cf[3 * a.c + c] = static_cast<A>(st.mean);
   }
 }
 
@@ -433,17 +421,13 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
     // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
     // d = K0 - K.
     const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
+    // Non-finite values keep the sums from inf - inf: an infinite or NaN first value (or shift) makes
+    // them its own (the deviations from it are not used), and one after the first, whose square is
+    // then Σ (x - K0)², leaves out the cross term.
     const double d = k0 - shift_of(a, c);
-    if (isfinite(d) && isfinite(t2)) {
-      sum1 = t1 + count * d;
-      sum2 = t2 + 2 * d * t1 + count * d * d;
-    } else if (isfinite(d)) {  // an infinite or NaN value after the first: its square is the sum
-      sum1 = t1 + count * d;   // (the cross term 2d·Σ(x - K0) would be inf - inf for one sign of d)
-      sum2 = t2 + count * d * d;
-    } else {  // an infinite or NaN first value: the sums are too (not inf - inf from the deviations)
-      sum1 = count * d;
-      sum2 = count * d * d;
-    }
+    const bool finite_d = isfinite(d);
+    sum1 = (finite_d ? t1 : 0.0) + count * d;
+    sum2 = (finite_d ? t2 : 0.0) + (finite_d && isfinite(t2) ? 2 * d * t1 : 0.0) + count * d * d;
   }
   if constexpr (kFinish) {
     finish_from<T, kGrad>(a, c, sum1, sum2, count);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 
 #include "gradops/context.hpp"
 #include "gradops/schema.hpp"
@@ -136,5 +137,50 @@ template <class Desc, CudaBatchNormKernel K>
 const char* cuda_batch_norm_declines(const Desc& d);
 template <class Desc, CudaBatchNormKernel K>
 Status cuda_batch_norm_run(const Desc& d, const Context& ctx);
+
+// ---- the training statistics of one channel, for both backends -----------------------------------
+
+#if defined(__CUDACC__)
+#define GRADOPS_HOST_DEVICE __host__ __device__
+#else
+#define GRADOPS_HOST_DEVICE
+#endif
+
+struct BatchNormChannelStats {
+  double mean = 0, var = 0, inv_std = 0;  // saved_mean, the biased variance, saved_inv_std
+  double running_mean = 0, running_var = 0;
+};
+
+// A channel's statistics from its sums about a shift K, sum1 = Σ(x − K) and sum2 = Σ(x − K)² over
+// `count` values (this call's, or every participant's of a split), and its running statistics as
+// they were before the call. The one definition of these rules: the CPU backend and the CUDA
+// kernels both call it, in f64.
+//  - count = 0: no batch; the running statistics pass through (PyTorch skips the update too), the
+//    saved ones are those of an empty sum (mean 0, variance 0).
+//  - count = 1: the unbiased variance is undefined and running_var becomes NaN, as cuDNN's and
+//    PyTorch's formulas give.
+//  - M2 = S2 − S1·d, d = S1/count: one value has no spread (exactly 0, whatever rounding left),
+//    rounding may take it just below 0, NaN stays NaN, and a count that is not a whole number is
+//    taken as given. var = M2/count cancels in proportion to d²/var, which f64 absorbs for any
+//    storage type (docs/ops/batch_norm.md).
+GRADOPS_HOST_DEVICE inline BatchNormChannelStats batch_norm_channel_stats(double shift, double sum1, double sum2,
+                                                                         double count, double epsilon,
+                                                                         double momentum, double old_mean,
+                                                                         double old_var) {
+  BatchNormChannelStats s;
+  s.running_mean = old_mean;
+  s.running_var = old_var;
+  if (count > 0) {
+    const double dev = sum1 / count;
+    const double raw = sum2 - sum1 * dev, m2 = count == 1 || raw < 0 ? 0.0 : raw;
+    const double unbiased = count > 1 ? m2 / (count - 1) : NAN, keep = 1 - momentum;
+    s.mean = shift + dev;
+    s.var = m2 / count;
+    s.running_mean = momentum * old_mean + keep * s.mean;
+    s.running_var = momentum * old_var + keep * unbiased;
+  }
+  s.inv_std = 1 / ::sqrt(s.var + epsilon);
+  return s;
+}
 
 }  // namespace gradops::detail

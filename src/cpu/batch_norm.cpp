@@ -658,7 +658,7 @@ class Kernel {
       // The statistics in f64 (ops/batch_norm.hpp). Read before any write: running_* may be the
       // very buffers of input_*.
       const double eps = static_cast<double>(d_.epsilon);
-      const BatchNormChannelStats st = batch_norm_channel_stats(
+      const auto st = ::gradops::detail::batch_norm_channel_stats(
           shift_[ch], sum1, sum2, count, eps, static_cast<double>(d_.momentum),
           load_as<double>(d_.t2, d_.input_mean, ch), load_as<double>(d_.t2, d_.input_var, ch));
       store_as(d_.t2, d_.saved_mean, ch, static_cast<A>(st.mean));

@@ -360,9 +360,9 @@ __device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double s
   } else {
     // The statistics in f64 (ops/batch_norm.hpp), as the CPU forms them.
     const double eps = a.epsilon;
-    const BatchNormChannelStats st =
-        batch_norm_channel_stats(shift_of(a, c), sum1, sum2, count, eps, a.momentum,
-                                 load_dt<double>(a.t2, a.input_mean, c), load_dt<double>(a.t2, a.input_var, c));
+    const auto st = ::gradops::detail::batch_norm_channel_stats(shift_of(a, c), sum1, sum2, count, eps, a.momentum,
+                                                                load_dt<double>(a.t2, a.input_mean, c),
+                                                                load_dt<double>(a.t2, a.input_var, c));
     store_dt(a.t2, a.saved_mean, c, static_cast<A>(st.mean));
     store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(st.inv_std));
     store_dt(a.t2, a.running_mean, c, static_cast<A>(st.running_mean));

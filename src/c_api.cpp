@@ -33,7 +33,10 @@ thread_local char g_last_error[2048];
 gradops_status to_c(StatusCode code) { return static_cast<gradops_status>(code); }
 
 gradops_status record(gradops_status code, const char* message) noexcept {
-  std::snprintf(g_last_error, sizeof g_last_error, "%s", code == GRADOPS_OK ? "" : message);
+  if (code == GRADOPS_OK)
+    g_last_error[0] = '\0';  // success is every call's path: no formatting
+  else
+    std::snprintf(g_last_error, sizeof g_last_error, "%s", message);
   return code;
 }
 gradops_status record(const Status& s) noexcept { return record(to_c(s.code()), s.message().c_str()); }
@@ -80,15 +83,16 @@ struct Call {
 
 Status convert_tensor(const gradops::OpSchema& op, const char* role, std::string_view name, const gradops_tensor& t,
                       gradops::TensorView* v) {
-  const std::string who = std::string(op.name) + ": " + role + " '" + std::string(name) + "'";
+  // Messages are built only when a check fails: a call that passes allocates nothing here.
+  auto who = [&] { return std::string(op.name) + ": " + role + " '" + std::string(name) + "'"; };
   if (t.rank < 0 || t.rank > GRADOPS_MAX_RANK)
-    return invalid(who + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
+    return invalid(who() + " has rank " + std::to_string(t.rank) + ", expected 0 to " +
                    std::to_string(GRADOPS_MAX_RANK));
-  if (t.rank > 0 && !t.shape) return invalid(who + " has rank " + std::to_string(t.rank) + " but a NULL shape");
+  if (t.rank > 0 && !t.shape) return invalid(who() + " has rank " + std::to_string(t.rank) + " but a NULL shape");
   if (t.dtype < GRADOPS_DTYPE_F32 || t.dtype > GRADOPS_DTYPE_BF16)
-    return invalid(who + " has an unknown dtype code " + std::to_string(t.dtype));
+    return invalid(who() + " has an unknown dtype code " + std::to_string(t.dtype));
   if (t.device.type != GRADOPS_DEVICE_CPU && t.device.type != GRADOPS_DEVICE_CUDA)
-    return invalid(who + " has an unknown device type " + std::to_string(t.device.type));
+    return invalid(who() + " has an unknown device type " + std::to_string(t.device.type));
   const std::span<const int64_t> shape(t.shape, static_cast<std::size_t>(t.rank));
   // The dense strides of a tensor with elements all fit in int64. The dims of an empty one (or of
   // one too large, which gradops::run rejects by name) may multiply past it: the running product
@@ -99,7 +103,7 @@ Status convert_tensor(const gradops::OpSchema& op, const char* role, std::string
       if (shape[d] != 1 && t.strides[d] != expect) {
         std::string s = "[";
         for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.strides[i]);
-        return invalid(who + " has strides " + s + "] that are not dense row-major; gradops needs contiguous "
+        return invalid(who() + " has strides " + s + "] that are not dense row-major; gradops needs contiguous "
                        "tensors (pass NULL strides for a dense one)");
       }
       if (__builtin_mul_overflow(expect, std::max<int64_t>(shape[d], 0), &expect)) break;
@@ -117,22 +121,22 @@ Status convert(const char* op_name, const gradops_tensor* const* inputs, size_t 
   c->op = gradops::find_op(op_name);
   if (!c->op) return invalid("unknown operator '" + std::string(op_name) + "'");
   const gradops::OpSchema& op = *c->op;
-  const std::string prefix = std::string(op.name) + ": ";
+  auto prefix = [&] { return std::string(op.name) + ": "; };  // only on failure
   if (num_inputs > op.inputs.size())
-    return invalid(prefix + std::to_string(num_inputs) + " inputs given, expected at most " +
+    return invalid(prefix() + std::to_string(num_inputs) + " inputs given, expected at most " +
                    std::to_string(op.inputs.size()));
   if (num_outputs > op.outputs.size())
-    return invalid(prefix + std::to_string(num_outputs) + " outputs given, expected at most " +
+    return invalid(prefix() + std::to_string(num_outputs) + " outputs given, expected at most " +
                    std::to_string(op.outputs.size()));
-  if (num_inputs && !inputs) return invalid(prefix + "inputs is NULL but num_inputs is " + std::to_string(num_inputs));
+  if (num_inputs && !inputs) return invalid(prefix() + "inputs is NULL but num_inputs is " + std::to_string(num_inputs));
   if (num_outputs && !outputs)
-    return invalid(prefix + "outputs is NULL but num_outputs is " + std::to_string(num_outputs));
+    return invalid(prefix() + "outputs is NULL but num_outputs is " + std::to_string(num_outputs));
   if (num_attributes && !attributes)
-    return invalid(prefix + "attributes is NULL but num_attributes is " + std::to_string(num_attributes));
+    return invalid(prefix() + "attributes is NULL but num_attributes is " + std::to_string(num_attributes));
   // More attributes than any op has can only be a mistake (duplicates or unknown names); keep the
   // bound so the storage stays fixed, and let gradops::run name the problem when it is smaller.
   if (num_attributes > c->attrs.size())
-    return invalid(prefix + std::to_string(num_attributes) + " attributes given; this op takes " +
+    return invalid(prefix() + std::to_string(num_attributes) + " attributes given; this op takes " +
                    std::to_string(op.attributes.size()));
   for (size_t i = 0; i < num_inputs; ++i) {
     if (!inputs[i]) continue;
@@ -145,7 +149,7 @@ Status convert(const char* op_name, const gradops_tensor* const* inputs, size_t 
     c->out[i] = &c->out_views[i];
   }
   for (size_t i = 0; i < num_attributes; ++i) {
-    if (!attributes[i].name) return invalid(prefix + "attribute " + std::to_string(i) + " has a NULL name");
+    if (!attributes[i].name) return invalid(prefix() + "attribute " + std::to_string(i) + " has a NULL name");
     c->attrs[i] = {attributes[i].name, attributes[i].value};
   }
   c->num_in = num_inputs;

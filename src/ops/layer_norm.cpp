@@ -76,24 +76,21 @@ std::string quoted(std::string_view name) {
   return r;
 }
 
-std::vector<int64_t> dims(const TensorView& t, int begin, int end) {
-  return std::vector<int64_t>(t.dims.begin() + begin, t.dims.begin() + end);
-}
-
-bool has_shape(const TensorView& t, const std::vector<int64_t>& shape) {
-  if (t.rank != static_cast<int>(shape.size())) return false;
-  for (int d = 0; d < t.rank; ++d)
-    if (t.dims[d] != shape[d]) return false;
-  return true;
+// The checks below compare dims in place: a call that passes them allocates nothing (the vectors
+// of the messages are built only when one fails).
+bool has_shape(const TensorView& t, std::span<const int64_t> shape) {
+  return t.rank == static_cast<int>(shape.size()) && std::equal(shape.begin(), shape.end(), t.dims.begin());
 }
 
 // Statistics: one value per row.
 Status check_per_row(const OpCall& c, std::string_view name, const TensorView& t, const TensorView& main,
                      std::string_view main_name, int axis) {
-  const std::vector<int64_t> lead = dims(main, 0, axis);
-  std::vector<int64_t> keep = lead;
+  const std::span<const int64_t> lead = main.shape().first(static_cast<std::size_t>(axis));
+  const bool kept = t.rank == main.rank && std::equal(lead.begin(), lead.end(), t.dims.begin()) &&
+                    std::all_of(t.dims.begin() + axis, t.dims.begin() + t.rank, [](int64_t d) { return d == 1; });
+  if (kept || has_shape(t, lead)) return {};
+  std::vector<int64_t> keep(lead.begin(), lead.end());
   keep.resize(static_cast<std::size_t>(main.rank), 1);
-  if (has_shape(t, lead) || has_shape(t, keep)) return {};
   return invalid(c, quoted(name) + " has shape " + shape_string(t.shape()) + ", expected " + shape_string(lead) +
                         " or " + shape_string(keep) + " (one value per row: the dims of " + quoted(main_name) +
                         " before axis " + std::to_string(axis) + ")");
@@ -103,8 +100,8 @@ Status check_per_row(const OpCall& c, std::string_view name, const TensorView& t
 // leading 1s up to the rank of X (ONNX broadcasting, restricted to exactly cols values).
 Status check_per_col(const OpCall& c, std::string_view name, const TensorView& t, const TensorView& main,
                      std::string_view main_name, int axis, int64_t cols, bool leading_ones) {
-  const std::vector<int64_t> flat{cols};
-  const std::vector<int64_t> normalized = dims(main, axis, main.rank);
+  const int64_t flat[1] = {cols};
+  const std::span<const int64_t> normalized = main.shape().subspan(static_cast<std::size_t>(axis));
   if (has_shape(t, flat) || has_shape(t, normalized)) return {};
   const int extra = t.rank - static_cast<int>(normalized.size());
   if (leading_ones && extra > 0 && t.rank <= main.rank) {
@@ -112,8 +109,8 @@ Status check_per_col(const OpCall& c, std::string_view name, const TensorView& t
     for (int d = 0; d < t.rank; ++d) ok = ok && t.dims[d] == (d < extra ? 1 : normalized[d - extra]);
     if (ok) return {};
   }
-  std::string expected =
-      normalized == flat ? shape_string(flat) : shape_string(flat) + " or " + shape_string(normalized);
+  std::string expected = std::ranges::equal(normalized, flat) ? shape_string(flat)
+                                                              : shape_string(flat) + " or " + shape_string(normalized);
   if (leading_ones && axis > 0) expected += " (leading 1s allowed)";
   return invalid(c, quoted(name) + " has shape " + shape_string(t.shape()) + " (" + std::to_string(t.numel()) +
                         " values), expected " + expected + " (one value per column: " + std::to_string(cols) +

@@ -68,22 +68,25 @@ Roles roles_of(OpId op) {
   }
 }
 
-// Every per-channel tensor is 1-D with C values; `where` says where C came from.
+// Every per-channel tensor is 1-D with C values; where() says where C came from (called only when
+// the check fails, so that a valid call builds no message).
+template <class Where>
 Status require_channels(const OpCall& c, std::string_view name, const TensorView& t, int64_t channels,
-                        const std::string& where) {
+                        const Where& where) {
   if (t.rank == 1 && t.dims[0] == channels) return {};
   const int64_t want[] = {channels};
   return invalid(c, quoted(name) + " has shape " + shape_string(t.shape()) + ", expected " + shape_string(want) +
-                        " (1-D, one value per channel; " + where + ")");
+                        " (1-D, one value per channel; " + where() + ")");
 }
 
 // The split's sums: 1-D, two per channel and the count.
+template <class Where>
 Status require_sums(const OpCall& c, std::string_view name, const TensorView& t, int64_t channels,
-                    const std::string& where) {
+                    const Where& where) {
   if (t.rank == 1 && t.dims[0] == batch_norm_sums_size(channels)) return {};
   const int64_t want[] = {batch_norm_sums_size(channels)};
   return invalid(c, quoted(name) + " has shape " + shape_string(t.shape()) + ", expected " + shape_string(want) +
-                        " (1-D, 2·C + 1: two sums per channel, then the count; " + where + ")");
+                        " (1-D, 2·C + 1: two sums per channel, then the count; " + where() + ")");
 }
 
 }  // namespace
@@ -128,22 +131,23 @@ Status run_batch_norm(const OpCall& c, const Context& ctx) {
   // BatchNormalizationGrad's epsilon is not read: the saved inverse std includes it.
 
   const TensorView& x = c.input(r.x);
-  const std::string xname = quoted(c.in_name(r.x));
+  const std::string_view xname = c.in_name(r.x);
   if (x.rank < 1)
-    return invalid(c, xname + " has rank 0, expected rank >= 1 (a batch of values per channel)");
-  std::string where;
+    return invalid(c, quoted(xname) + " has rank 0, expected rank >= 1 (a batch of values per channel)");
   if (x.rank == 1) {
     // No channel axis in either layout: N values of a single channel, as ORT reads rank 1.
     sh.n = x.dims[0], sh.c = 1, sh.spatial = 1;
-    where = "rank-1 " + xname + " has a single channel";
   } else if (sh.channels_last) {
     sh.n = x.dims[0], sh.c = x.dims[x.rank - 1], sh.spatial = dims_product(x, 1, x.rank - 1);
-    where = "C = " + std::to_string(sh.c) + " is the last dim of " + xname + ", shape " + shape_string(x.shape()) +
-            ", channels_last = 1";
   } else {
     sh.n = x.dims[0], sh.c = x.dims[1], sh.spatial = dims_product(x, 2, x.rank);
-    where = "C = " + std::to_string(sh.c) + " is dim 1 of " + xname + ", shape " + shape_string(x.shape());
   }
+  // Where C came from, for the messages of the checks below.
+  auto where = [&]() -> std::string {
+    if (x.rank == 1) return "rank-1 " + quoted(xname) + " has a single channel";
+    return "C = " + std::to_string(sh.c) + (sh.channels_last ? " is the last dim of " : " is dim 1 of ") +
+           quoted(xname) + ", shape " + shape_string(x.shape()) + (sh.channels_last ? ", channels_last = 1" : "");
+  };
 
   if (r.dy >= 0)
     if (Status s = require_same_shape(c, c.in_name(r.dy), c.input(r.dy), c.in_name(r.x), x); !s) return s;

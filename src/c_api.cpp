@@ -128,7 +128,8 @@ Status convert(const char* op_name, const gradops_tensor* const* inputs, size_t 
   if (num_outputs > op.outputs.size())
     return invalid(prefix() + std::to_string(num_outputs) + " outputs given, expected at most " +
                    std::to_string(op.outputs.size()));
-  if (num_inputs && !inputs) return invalid(prefix() + "inputs is NULL but num_inputs is " + std::to_string(num_inputs));
+  if (num_inputs && !inputs)
+    return invalid(prefix() + "inputs is NULL but num_inputs is " + std::to_string(num_inputs));
   if (num_outputs && !outputs)
     return invalid(prefix() + "outputs is NULL but num_outputs is " + std::to_string(num_outputs));
   if (num_attributes && !attributes)

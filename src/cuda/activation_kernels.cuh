@@ -340,8 +340,6 @@ __global__ void __launch_bounds__(kThreads, kMinB* kFlatThreads / kThreads) flat
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 template <Kind F, class T, int VEC, int kU = kUnroll<T>, int kMinB = kMinBlocks<T>, int kHint = kFlatHint<T>,
           int kThreads = kFlatThreadsOf<T>, bool kBias = false>
 Status run_flat(std::string_view op, const ActivationDesc& d, const Context& ctx) {

@@ -81,17 +81,65 @@ Status launch(std::string_view op, const char* what, void (*kernel)(Params...), 
   return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
 }
 
-// Clusters of `size` blocks of `threads` threads of `kernel` (no dynamic shared memory) that the
-// device runs at once: 0 where none can be co-scheduled (a device without cluster launch, a kernel
-// built for an architecture before sm_90, a cluster too large for a GPC). Sizes beyond the portable
-// 8 are allowed on the kernel first. The driver is asked once per kernel, device, size and block
-// size, and the answer cached: it depends on nothing else, and launch decisions ask it every call.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A grid of `units` independent pieces of work for kernels whose blocks (clusters) loop over them,
+// at most what is resident at once, and sized so that every block takes the same number of pieces
+// (a ragged last round would leave most of the machine idle while a few blocks finish).
+inline int64_t even_grid(int64_t units, int64_t resident) {
+  resident = resident > 1 ? resident : 1;
+  const int64_t rounds = ceil_div(units, resident);
+  const int64_t grid = ceil_div(units, rounds);
+  return grid < 1 ? 1 : grid > 0x7fffffff ? 0x7fffffff : grid;
+}
+
+// The launch of `grid` blocks of `block` threads in clusters of `cluster` blocks (1: no cluster
+// attribute) with `smem` bytes of dynamic shared memory; *attr holds the cluster attribute and
+// must outlive the configuration.
+inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, int cluster, std::size_t smem, cudaStream_t stream,
+                                         cudaLaunchAttribute* attr) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = cluster > 1 ? attr : nullptr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return cfg;
+}
+
+// Launches kernel(args...) as cluster_config describes.
+template <class... Params, class... Args>
+Status launch_clustered(std::string_view op, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        int cluster, std::size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(grid, block, cluster, smem, stream, &attr);
+  return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
+}
+
+// Lets `kernel` take up to `bytes` of dynamic shared memory on the current device (beyond the
+// default 48 KiB an opt-in is needed). The limit only ever rises, so that a concurrent call's
+// larger launch stays valid; asked of the driver once per kernel, device and size.
+Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes);
+
+// Clusters of `size` blocks of `threads` threads of `kernel`, with `smem` bytes of dynamic shared
+// memory each, that the device runs at once: 0 where none can be co-scheduled (a device without
+// cluster launch, a kernel built for an architecture before sm_90, a cluster too large for a GPC).
+// Sizes beyond the portable 8, and smem beyond 48 KiB, are allowed on the kernel first, so that a
+// launch of what the answer counts is valid. The driver is asked once per kernel, device, size,
+// block size and shared memory, and the answer cached: it depends on nothing else, and launch
+// decisions ask it every call.
 Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
-                         int* clusters);
+                         int* clusters, std::size_t smem = 0);
 template <class... Params>
 Status resident_clusters(std::string_view op, void (*kernel)(Params...), const DeviceInfo& dev, int size, int threads,
-                         int* clusters) {
-  return resident_clusters(op, reinterpret_cast<const void*>(kernel), dev, size, threads, clusters);
+                         int* clusters, std::size_t smem = 0) {
+  return resident_clusters(op, reinterpret_cast<const void*>(kernel), dev, size, threads, clusters, smem);
 }
 
 // ---- storage and compute types ------------------------------------------------------------------
@@ -222,6 +270,13 @@ __device__ __forceinline__ float min_nan(float a, float b) {
 #else
   return a != a ? a : b != b ? b : fminf(a, b);
 #endif
+}
+
+// Asks L2 for the 128-byte line of element p of base, once a line: a thread walking every element
+// issues one instruction per line and holds no register for it.
+template <class P>
+__device__ __forceinline__ void prefetch_line(const P* base, int64_t p) {
+  if (((p * static_cast<int64_t>(sizeof(P))) & 127) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + p));
 }
 
 // Launch with programmatic stream serialization (Hopper): the kernel may start while the previous

@@ -95,11 +95,6 @@ inline bool ln_prefetch() {
   return on;
 }
 
-template <class P>
-__device__ __forceinline__ void prefetch_line(const P* base, int64_t p) {
-  if (((p * static_cast<int64_t>(sizeof(P))) & 127) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + p));
-}
-
 // ---- per-element math ---------------------------------------------------------------------------
 
 // The gradients' per-row constants: mu (LayerNormalizationGrad), r (inverse std or RMS).
@@ -184,8 +179,6 @@ __device__ __forceinline__ void cluster_sync(int cluster) {
 
 // ---- launch shapes (host) -------------------------------------------------------------------------
 
-inline int64_t ln_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Elements a held thread moves per pack: 16 bytes of the widest of T and V (f32 with f16: 4).
 template <class S>
 inline constexpr int kLnVec = static_cast<int>(16 / std::max(sizeof(typename S::T), sizeof(typename S::V)));
@@ -230,7 +223,7 @@ inline HeldShape held_shape(int64_t rows, int64_t packs, int max_packs = kLnMaxP
     lanes = 32;
   } else {
     s.n = packs > int64_t{kLnMaxBlockThreads} * kLnMaxPacks ? max_packs : kLnMaxPacks;
-    lanes = ln_ceil_div(ln_ceil_div(packs, s.n), 32) * 32;
+    lanes = ceil_div(ceil_div(packs, s.n), 32) * 32;
     if (lanes <= 32) {
       lanes = 32;
     } else if (lanes > 32 && lanes < kLnBlockThreads) {
@@ -247,18 +240,18 @@ inline HeldShape held_shape(int64_t rows, int64_t packs, int max_packs = kLnMaxP
     int c = 1;
     while (c < kLnMaxCluster && int64_t{c} * kLnMaxBlockThreads < lanes) c *= 2;
     if (int64_t{c} * kLnMaxBlockThreads < lanes) return s;  // longer than a cluster holds
-    const int64_t per_block = ln_ceil_div(ln_ceil_div(packs, s.n), c);
-    s.threads = static_cast<int>(ln_ceil_div(per_block, 32) * 32);
+    const int64_t per_block = ceil_div(ceil_div(packs, s.n), c);
+    s.threads = static_cast<int>(ceil_div(per_block, 32) * 32);
     s.cluster = c;
     lanes = int64_t{s.threads} * c;
   }
   s.lanes = static_cast<int>(lanes);
   s.rows_per_block = s.cluster > 1 ? 1 : s.threads / s.lanes;
   const int64_t resident = std::max<int64_t>(1, int64_t{kLnSms} * ln_threads_per_sm(s.n) / s.threads / s.cluster);
-  const int64_t needed = ln_ceil_div(rows, s.rows_per_block);
+  const int64_t needed = ceil_div(rows, s.rows_per_block);
   // Every group of blocks takes the same number of steps (a ragged last round idles the rest).
-  const int64_t rounds = ln_ceil_div(needed, resident);
-  s.groups = std::max<int64_t>(1, ln_ceil_div(needed, rounds));
+  const int64_t rounds = ceil_div(needed, resident);
+  s.groups = std::max<int64_t>(1, ceil_div(needed, rounds));
   s.blocks = s.groups * s.cluster;
   s.ok = true;
   return s;
@@ -276,8 +269,8 @@ Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, i
     return {};
   }
   if (h->groups > clusters) {  // a cluster takes one row a step; every cluster the same number of steps
-    const int64_t rounds = ln_ceil_div(rows, clusters);
-    h->groups = ln_ceil_div(rows, rounds);
+    const int64_t rounds = ceil_div(rows, clusters);
+    h->groups = ceil_div(rows, rounds);
     h->blocks = h->groups * h->cluster;
   }
   return {};
@@ -380,19 +373,8 @@ inline Status ln_not_planned(std::string_view op) {
 template <class Kernel>
 Status launch_ln(std::string_view op, const char* what, Kernel kernel, int64_t blocks, int threads, int cluster,
                  std::size_t smem, cudaStream_t stream, const LnArgs& a) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = cluster > 1 ? &attr : nullptr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, what);
+  return launch_clustered(op, what, kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
+                          cluster, smem, stream, a);
 }
 
 }  // namespace gradops::cuda

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/workspace.hpp"
 #include "cuda/common.cuh"
@@ -56,14 +57,32 @@ Status current_device(std::string_view op, DeviceInfo* out) {
   return {};
 }
 
+Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes) {
+  constexpr std::size_t kDefault = 48 * 1024;
+  if (bytes <= kDefault) return {};
+  using Key = std::pair<std::uintptr_t, int>;
+  static std::mutex mu;
+  static std::map<Key, std::size_t> allowed;
+  std::lock_guard<std::mutex> lock(mu);  // held across the driver call: the limit never falls
+  std::size_t& now = allowed[Key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal}];
+  if (now >= bytes) return {};
+  if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(bytes)),
+                           op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+      !s)
+    return s;
+  now = bytes;
+  return {};
+}
+
 Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
-                         int* clusters) {
+                         int* clusters, std::size_t smem) {
   *clusters = 0;
   if (!dev.cluster_launch || size < 1) return {};
-  using Key = std::tuple<std::uintptr_t, int, int, int>;
+  using Key = std::tuple<std::uintptr_t, int, int, int, std::size_t>;
   static std::mutex mu;
   static std::map<Key, int> cache;
-  const Key key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal, size, threads};
+  const Key key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal, size, threads, smem};
   {
     std::lock_guard<std::mutex> lock(mu);
     if (const auto it = cache.find(key); it != cache.end()) {
@@ -80,15 +99,11 @@ Status resident_clusters(std::string_view op, const void* kernel, const DeviceIn
                                "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
           !s)
         return s;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(size);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(size));
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cfg.attrs = &cluster;
+    if (Status s = allow_dynamic_smem(op, kernel, dev, smem); !s) return s;
+    cudaLaunchAttribute cluster;
+    cudaLaunchConfig_t cfg = cluster_config(dim3(static_cast<unsigned>(size)), dim3(static_cast<unsigned>(threads)),
+                                            size, smem, nullptr, &cluster);
+    cfg.attrs = &cluster;  // a cluster of one is still asked as a cluster
     cfg.numAttrs = 1;
     // An invalid cluster size is an answer (none fit), and its error is cleared so that no later
     // call reports it.

@@ -269,15 +269,6 @@ Status visit_kind(SoftmaxKind k, G&& g) {
 // Rows of the descriptor as the row kernels take them.
 RowArgs row_args(const SoftmaxDesc& d) { return {d.dy, d.y, d.out, d.outer, d.axis_len}; }
 
-// A grid of `units` independent pieces of work for kernels whose blocks loop over them, at most
-// what is resident at once, and sized so that every block takes the same number of pieces (a
-// ragged last round would leave most of the machine idle while a few blocks finish).
-int64_t even_grid(int64_t units, int64_t resident) {
-  resident = std::max<int64_t>(resident, 1);
-  const int64_t rounds = ceil_div(units, resident);
-  return std::clamp<int64_t>(ceil_div(units, rounds), 1, 0x7fffffff);
-}
-
 // Tuning of the warp and two-pass paths; run() uses the defaults.
 struct RowTuning {
   int warp_packs_per_lane = 2;  // the warp path's G is chosen so that a lane holds about this many
@@ -323,17 +314,6 @@ Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context&
                        Kernel kernel, int threads, const char* what, Count&& count, bool* launched) {
   *launched = false;
   int64_t resident = 0;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = C;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(C);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = stream_of(ctx);
-  cfg.attrs = C > 1 ? &cluster : nullptr;
-  cfg.numAttrs = C > 1 ? 1 : 0;
   if constexpr (C > 1) {
     int clusters = 0;
     if (Status s = resident_clusters(op, kernel, dev, C, threads, &clusters); !s) return s;
@@ -349,9 +329,9 @@ Status launch_clusters(std::string_view op, const SoftmaxDesc& d, const Context&
   }
   const int64_t n = resident > 0 ? count(resident) : 0;
   if (n <= 0) return {};
-  cfg.gridDim = dim3(static_cast<unsigned>(n * C));
   *launched = true;
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, row_args(d)), op, what);
+  return launch_clustered(op, what, kernel, dim3(static_cast<unsigned>(n * C)), dim3(threads), C, 0, stream_of(ctx),
+                          row_args(d));
 }
 
 // The two-pass kernel with clusters of C blocks per row, resident ones only; declines (nothing runs)

@@ -19,8 +19,6 @@
 
 namespace gradops::cuda {
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // ---- which kernel takes a row -------------------------------------------------------------------
 
 // Packs per lane of the warp kernel at most: 8, or 4 of f64 (whose exp needs more registers).

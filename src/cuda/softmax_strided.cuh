@@ -321,19 +321,9 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
     if (Status s = resident_clusters(op, kernel, dev, p.blocks, threads, &resident); !s) return s;
     clusters = even_grid(p.tiles, std::max(resident, 1));
   }
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(p.blocks);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.attrs = kCluster ? &cluster : nullptr;
-  cfg.numAttrs = kCluster ? 1 : 0;
-  cfg.stream = stream_of(*ctx);
   const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tiles, p.tx, p.ty, p.fold};
-  return status_of(cudaLaunchKernelEx(&cfg, kernel, a), op, "the strided held launch");
+  return launch_clustered(op, "the strided held launch", kernel, dim3(static_cast<unsigned>(clusters * p.blocks)),
+                          dim3(static_cast<unsigned>(threads)), kCluster ? p.blocks : 1, 0, stream_of(*ctx), a);
 }
 
 template <SoftmaxKind K, class T>

@@ -67,10 +67,11 @@ TEST_F(BatchNormCuda, EveryOpSignatureLayoutShape) {
           }
 }
 
-// ResNet-50's layer shapes, scaled down in N, and C up to 8192.
+// ResNet-50's layer shapes, scaled down in N; C up to 8192; channels too long to hold on chip.
 TEST_F(BatchNormCuda, NetworkShapesAndManyChannels) {
   const std::vector<int64_t> shapes[] = {{4, 64, 56, 56}, {4, 256, 14, 14}, {8, 2048, 7, 7},
-                                         {2, 8192, 3, 3}, {3, 8192},        {2, 96, 3, 5, 7}};
+                                         {2, 8192, 3, 3}, {3, 8192},        {2, 96, 3, 5, 7},
+                                         {4, 2, 400, 400}};
   const TypeSignature sigs[] = {{{DType::f32, DType::f32, DType::f32}},
                                 {{DType::bf16, DType::bf16, DType::f32}},
                                 {{DType::f16, DType::f32, DType::f32}},
@@ -347,14 +348,18 @@ std::string what(const Batch& b) {
 }
 
 // Shapes through every CUDA kernel: NCHW runs of 16-byte packs, of 8-byte packs (16-bit 14x14),
-// of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0.
+// of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0. The
+// fused op holds a channel on chip (in plain blocks, in clusters of 2 and of 16) where it fits,
+// and the last two shapes' channels do not fit a cluster at 32 bits: their fused op runs the
+// reduce, sums and apply kernels.
 struct Shape {
   std::vector<int64_t> shape;
   bool last;
 };
 const Shape kPaths[] = {{{8, 16, 32, 32}, false}, {{4, 24, 14, 14}, false}, {{6, 40, 7, 7}, false},
                         {{8, 14, 14, 64}, true},  {{50, 7, 7, 36}, true},   {{1, 1, 70001}, false},
-                        {{20000, 8}, true},       {{1, 5}, false},          {{0, 4, 3}, true}};
+                        {{20000, 8}, true},       {{1, 5}, false},          {{0, 4, 3}, true},
+                        {{4, 2, 400, 400}, false}, {{400000, 8}, true}};
 
 // One participant: reduce + apply on the GPU is the fused op there, bit for bit.
 TEST_F(BatchNormCuda, ReduceThenApplyIsTheFusedOpBitwise) {

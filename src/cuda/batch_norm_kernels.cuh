@@ -14,11 +14,15 @@
 //            kernel on the values it has just formed, the apply half on the given sums
 //   apply    grad dX = a·dY + (c·(x - mean) + b); forward Y = (x - mean)·a + b
 //
-// The grid, and so every bit of every output, depends on the shape (and the device's
-// multiprocessor count) alone: no atomics. No block waits for another, so no launch can stall
-// behind kernels that hold multiprocessors (an all-reduce on another stream, say). The apply walks
-// the blocks in the reverse order of the reduction: what the reduction read last is still in L2,
-// and a tensor pair that fits in L2 comes from memory once.
+// Where a channel of NCHW runs fits in a cluster's shared memory, the fused op is instead one held
+// kernel (below) doing all four steps, X and dY read once; its sums are bitwise the reduce and sums
+// kernels' over the same grid, which the reduce half then takes.
+//
+// The grid, and so every bit of every output, depends on the shape and the device alone: no
+// atomics. No block waits for a block outside its cluster, so no launch can stall behind kernels
+// that hold multiprocessors (an all-reduce on another stream, say). The apply walks the blocks in
+// the reverse order of the reduction: what the reduction read last is still in L2, and a tensor
+// pair that fits in L2 comes from memory once.
 //
 // Two walks (batch_norm_rows.cuh, BnView): runs, n contiguous runs of s values per channel (NCHW),
 // a block per (channel, share of its runs' units); columns, rows of c channels (NHWC), a block per
@@ -27,6 +31,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 
 #include "core/workspace.hpp"
 #include "cuda/batch_norm_rows.cuh"
@@ -59,7 +64,9 @@ struct BnArgs {
   const double* sums_in;
   int64_t n, c, s, count;
   int64_t units, per_channel, groups, tiles, step_div, step_mod;
+  int64_t slots;  // held: the packs of each input a thread holds
   int tw, rb;
+  bool prefetch;  // held: the next channel to L2 while this one finishes
 };
 
 // ---- per-channel values of the statistics' and parameters' types --------------------------------
@@ -338,40 +345,106 @@ __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
 
 // ---- finish -------------------------------------------------------------------------------------
 
-// Channel c's outputs and coefficients from its two sums over `count` values (this call's, or
-// every participant's for the split's apply half): the CPU's formulas (src/cpu/batch_norm.cpp).
-template <class T, bool kGrad>
-__device__ __forceinline__ void finish_from(const BnArgs& a, int64_t c, double sum1, double sum2, double count) {
+// The elementwise coefficients of a channel: grad dX = a·dY + (c·(x - mean) + b), forward
+// Y = (x - mean)·a + b.
+template <class A>
+struct BnCoef {
+  A a, b, c, mean;
+};
+
+// A channel's per-channel inputs, read together: the held kernel asks for them as it starts the
+// channel, so that their trips to memory overlap its reduction rather than follow it.
+template <class A>
+struct BnChannel {
+  A scale, mean, inv_std;  // grad
+  double shift, k0, input_mean, input_var, fscale;  // forward: K, the first value K0, the running
+                                                    // statistics before the step, scale
+  A bias;
+};
+template <class T, bool kGrad, bool kColumns>
+__device__ __forceinline__ BnChannel<compute_t<T>> load_channel(const BnArgs& a, int64_t c, bool first = true) {
   using A = compute_t<T>;
-  A* cf = static_cast<A*>(a.coef);
+  BnChannel<A> ch{};
+  if constexpr (kGrad) {
+    if (a.scale) ch.scale = load_dt<A>(a.t1, a.scale, c);  // the reduce half has none
+    ch.mean = load_dt<A>(a.t2, a.mean, c);
+    ch.inv_std = load_dt<A>(a.t2, a.inv_std, c);
+  } else {
+    ch.shift = shift_of(a, c);
+    if (first && a.count > 0)
+      ch.k0 = static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)]));
+    ch.input_mean = load_dt<double>(a.t2, a.input_mean, c);
+    if (a.input_var) ch.input_var = load_dt<double>(a.t2, a.input_var, c);
+    if (a.scale) ch.fscale = load_dt<double>(a.t1, a.scale, c), ch.bias = load_dt<A>(a.t1, a.bias, c);
+  }
+  return ch;
+}
+
+// Channel c's coefficients from its two sums over `count` values (this call's, or every
+// participant's for the split's apply half), and, where `store`, its per-channel outputs: the CPU's
+// formulas (src/cpu/batch_norm.cpp).
+template <class T, bool kGrad>
+__device__ __forceinline__ BnCoef<compute_t<T>> finish_from(const BnArgs& a, int64_t c,
+                                                           const BnChannel<compute_t<T>>& ch, double sum1, double sum2,
+                                                           double count, bool store = true) {
+  using A = compute_t<T>;
   if constexpr (kGrad) {
     // dX = k (dY - S1/Mc - xhat S2/Mc), k = scale·istd, as a·dY + b + c·(x - mean), so that
     // x - mean is formed before any scaling.
     const A inv_count = count > 0 ? A(1) / static_cast<A>(count) : A(0);
-    const A istd = load_dt<A>(a.t2, a.inv_std, c);
     const A s1 = static_cast<A>(sum1), s2 = static_cast<A>(sum2);
-    store_dt(a.t1, a.dbias, c, s1);
-    store_dt(a.t1, a.dscale, c, s2);
-    const A k = load_dt<A>(a.t1, a.scale, c) * istd;
-    cf[c] = k;
-    cf[a.c + c] = -(k * (s1 * inv_count));
-    cf[2 * a.c + c] = -(k * istd) * (s2 * inv_count);
-    cf[3 * a.c + c] = load_dt<A>(a.t2, a.mean, c);
+    if (store) {
+      store_dt(a.t1, a.dbias, c, s1);
+      store_dt(a.t1, a.dscale, c, s2);
+    }
+    const A k = ch.scale * ch.inv_std;
+    return {k, -(k * (s1 * inv_count)), -(k * ch.inv_std) * (s2 * inv_count), ch.mean};
   } else {
     // The statistics in f64 (ops/batch_norm.hpp), as the CPU forms them.
     const double eps = a.epsilon;
-    const auto st = ::gradops::detail::batch_norm_channel_stats(shift_of(a, c), sum1, sum2, count, eps, a.momentum,
-                                                                load_dt<double>(a.t2, a.input_mean, c),
-                                                                load_dt<double>(a.t2, a.input_var, c));
-    store_dt(a.t2, a.saved_mean, c, static_cast<A>(st.mean));
-    store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(st.inv_std));
-    store_dt(a.t2, a.running_mean, c, static_cast<A>(st.running_mean));
-    store_dt(a.t2, a.running_var, c, static_cast<A>(st.running_var));
+    const auto st = ::gradops::detail::batch_norm_channel_stats(ch.shift, sum1, sum2, count, eps, a.momentum,
+                                                                ch.input_mean, ch.input_var);
+    if (store) {
+      store_dt(a.t2, a.saved_mean, c, static_cast<A>(st.mean));
+      store_dt(a.t2, a.saved_inv_std, c, static_cast<A>(st.inv_std));
+      store_dt(a.t2, a.running_mean, c, static_cast<A>(st.running_mean));
+      store_dt(a.t2, a.running_var, c, static_cast<A>(st.running_var));
+    }
     // epsilon 0 and a channel without spread: (x − mean)/0 is 0/0, NaN (as on the CPU).
-    cf[c] = st.var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(st.inv_std * load_dt<double>(a.t1, a.scale, c));
-    cf[a.c + c] = load_dt<A>(a.t1, a.bias, c);
-    cf[2 * a.c + c] = A(0);
-    cf[3 * a.c + c] = static_cast<A>(st.mean);
+    const A k = st.var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(st.inv_std * ch.fscale);
+    return {k, ch.bias, A(0), static_cast<A>(st.mean)};
+  }
+}
+
+template <class A>
+__device__ __forceinline__ void store_coef(const BnArgs& a, int64_t c, const BnCoef<A>& k) {
+  A* cf = static_cast<A*>(a.coef);
+  cf[c] = k.a;
+  cf[a.c + c] = k.b;
+  cf[2 * a.c + c] = k.c;
+  cf[3 * a.c + c] = k.mean;
+}
+
+// The split's sums of a channel from its reduction's totals t1, t2 (f64 sums of the groups'
+// partials, in group order).
+template <bool kGrad, class A>
+__device__ __forceinline__ void sums_from(const BnArgs& a, const BnChannel<A>& ch, double t1, double t2, double* sum1,
+                                          double* sum2) {
+  if constexpr (kGrad) {
+    // Σ dY·x̂ = inv_std·Σ dY·(x - mean), in the compute type as the CPU forms it.
+    *sum1 = static_cast<double>(static_cast<A>(t1));
+    *sum2 = static_cast<double>(ch.inv_std * static_cast<A>(t2));
+  } else {
+    // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
+    // d = K0 - K.
+    const double count = static_cast<double>(a.count);
+    // Non-finite values keep the sums from inf - inf: an infinite or NaN first value (or shift) makes
+    // them its own (the deviations from it are not used), and one after the first, whose square is
+    // then Σ (x - K0)², leaves out the cross term.
+    const double d = ch.k0 - ch.shift;
+    const bool finite_d = isfinite(d);
+    *sum1 = (finite_d ? t1 : 0.0) + count * d;
+    *sum2 = (finite_d ? t2 : 0.0) + (finite_d && isfinite(t2) ? 2 * d * t1 : 0.0) + count * d * d;
   }
 }
 
@@ -411,30 +484,15 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
   if (ty != 0 || c >= a.c) return;
   double t1 = l1[0][tx], t2 = l2[0][tx];
   for (int k = 1; k < kBnFinishLanes; ++k) t1 += l1[k][tx], t2 += l2[k][tx];
-  const double count = static_cast<double>(a.count);
+  const BnChannel<A> ch = load_channel<T, kGrad, kColumns>(a, c);
   double sum1, sum2;
-  if constexpr (kGrad) {
-    // Σ dY·x̂ = inv_std·Σ dY·(x - mean), in the compute type as the CPU forms it.
-    sum1 = static_cast<double>(static_cast<A>(t1));
-    sum2 = static_cast<double>(load_dt<A>(a.t2, a.inv_std, c) * static_cast<A>(t2));
-  } else {
-    // From K0 to K: Σ (x - K) = Σ (x - K0) + n·d, Σ (x - K)² = Σ (x - K0)² + 2d·Σ (x - K0) + n·d²,
-    // d = K0 - K.
-    const double k0 = a.count > 0 ? static_cast<double>(to_compute(static_cast<const T*>(a.x)[first_of(a, c, kColumns)])) : 0.0;
-    // Non-finite values keep the sums from inf - inf: an infinite or NaN first value (or shift) makes
-    // them its own (the deviations from it are not used), and one after the first, whose square is
-    // then Σ (x - K0)², leaves out the cross term.
-    const double d = k0 - shift_of(a, c);
-    const bool finite_d = isfinite(d);
-    sum1 = (finite_d ? t1 : 0.0) + count * d;
-    sum2 = (finite_d ? t2 : 0.0) + (finite_d && isfinite(t2) ? 2 * d * t1 : 0.0) + count * d * d;
-  }
+  sums_from<kGrad>(a, ch, t1, t2, &sum1, &sum2);
   if constexpr (kFinish) {
-    finish_from<T, kGrad>(a, c, sum1, sum2, count);
+    store_coef(a, c, finish_from<T, kGrad>(a, c, ch, sum1, sum2, static_cast<double>(a.count)));
   } else {
     a.sums_out[c] = sum1;
     a.sums_out[a.c + c] = sum2;
-    if (c == 0) a.sums_out[2 * a.c] = count;
+    if (c == 0) a.sums_out[2 * a.c] = static_cast<double>(a.count);
   }
 }
 
@@ -444,10 +502,166 @@ __global__ void __launch_bounds__(kBnThreads) finish_kernel(BnArgs a) {
   griddep_wait();
   griddep_launch_dependents();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kBnThreads + threadIdx.x;
-  if (c < a.c) finish_from<T, kGrad>(a, c, a.sums_in[c], a.sums_in[a.c + c], a.sums_in[2 * a.c]);
+  if (c < a.c)
+    store_coef(a, c,
+               finish_from<T, kGrad>(a, c, load_channel<T, kGrad, false>(a, c, false), a.sums_in[c], a.sums_in[a.c + c],
+                                     a.sums_in[2 * a.c]));
+}
+
+// ---- held: one launch, the inputs read once -----------------------------------------------------
+
+// Where a channel's X and dY fit in the shared memory of a cluster of `groups` blocks (NCHW runs),
+// the fused op runs as one kernel: each block keeps its share as it reduces it (the reduce
+// kernel's walk and order, so its partial is that kernel's bit for bit), the cluster's blocks add
+// the partials through distributed shared memory in group order (the sums kernel's order), each
+// finishes the channel, and the block applies from what it holds. The sums are then those of the
+// reduce half of the split with the same grid, so the fused op is still the halves' composition.
+// Clusters stay resident and loop over the channels: launched one channel each, a wave of large
+// clusters waits for whole GPCs to drain (softmax_strided.cuh measured it).
+template <bool kCluster>
+__device__ __forceinline__ void held_sync() {
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) {
+    cooperative_groups::this_cluster().sync();
+    return;
+  }
+#endif
+  __syncthreads();
+}
+
+// The value at p in the shared memory of block `rank` of this cluster (this block's without one).
+template <bool kCluster, class V>
+__device__ __forceinline__ V held_peer(V* p, int rank) {
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) return *cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#endif
+  return *p;
+}
+
+template <bool kCluster>
+__device__ __forceinline__ int held_rank() {
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if constexpr (kCluster) return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#endif
+  return 0;
+}
+
+template <class T, int VEC, bool kGrad, bool kCluster>
+__global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  using P = Pack<T, VEC>;
+  // Loads in flight a thread: 8 of each input for the gradient; the forward's one input ran faster
+  // at 4 (more blocks fit the registers).
+  constexpr int kUnroll = kGrad ? 8 : 4;
+  extern __shared__ __align__(16) unsigned char held_raw[];
+  P* hx = reinterpret_cast<P*>(held_raw);
+  P* hg = hx + a.slots * kBnThreads;
+  __shared__ ReduceSmem<Sum2<A>> sm;
+  __shared__ Sum2<A> part[2];
+  __shared__ BnCoef<A> coef;
+  const int64_t g = held_rank<kCluster>();
+  const int64_t step = gridDim.x / a.groups;
+  const P* x = static_cast<const P*>(a.x);
+  const P* dy = static_cast<const P*>(a.dy);
+  P* out = static_cast<P*>(a.out);
+  int parity = 0;
+  for (int64_t c = blockIdx.x / a.groups; c < a.c; c += step, parity ^= 1) {
+    const A mu = centre_of<T, kGrad, false>(a, c);
+    BnChannel<A> ch;
+    if (threadIdx.x == 0) ch = load_channel<T, kGrad, false>(a, c);
+    Sum2<A> acc{A(0), A(0)};
+    RunCursor cur(a, g);
+    for (int64_t slot = threadIdx.x; cur.u < cur.end; slot += kUnroll * kBnThreads) {
+      P xs[kUnroll], gs[kUnroll];
+      bool ok[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        ok[k] = cur.u < cur.end;
+        if (ok[k]) {
+          const int64_t idx = cur.index(a, c);
+          xs[k] = x[idx];
+          if constexpr (kGrad) gs[k] = dy[idx];
+        }
+        cur.next(a);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k)
+        if (ok[k]) {
+          hx[slot + k * kBnThreads] = xs[k];
+          if constexpr (kGrad) hg[slot + k * kBnThreads] = gs[k];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            accumulate<kGrad>(acc, static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0),
+                              mu);
+        }
+    }
+    // The block's share of its next channel, to L2 while this one is reduced, finished and written.
+    if (a.prefetch && c + step < a.c)
+      for (RunCursor nx(a, g); nx.u < nx.end; nx.next(a)) {
+        const int64_t idx = nx.index(a, c + step);
+        prefetch_line(x, idx);
+        if constexpr (kGrad) prefetch_line(dy, idx);
+      }
+    const Sum2<A> t = block_allreduce<Sum2Op<A>, 1>(acc, sm, parity);
+    if (threadIdx.x == 0) part[parity] = t;
+    held_sync<kCluster>();
+    if (threadIdx.x == 0) {
+      double t1 = 0, t2 = 0;
+      for (int r = 0; r < a.groups; ++r) {
+        const Sum2<A> p = held_peer<kCluster>(&part[parity], r);
+        t1 += p.a, t2 += p.b;
+      }
+      double sum1, sum2;
+      sums_from<kGrad>(a, ch, t1, t2, &sum1, &sum2);
+      coef = finish_from<T, kGrad>(a, c, ch, sum1, sum2, static_cast<double>(a.count), g == 0);
+    }
+    __syncthreads();
+    const BnCoef<A> k = coef;
+    RunCursor at(a, g);
+    for (int64_t slot = threadIdx.x; at.u < at.end; slot += kBnThreads) {
+      const P xs = hx[slot];
+      P gs;
+      if constexpr (kGrad) gs = hg[slot];
+      P o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A xe = static_cast<A>(unpack(xs, e)) - k.mean;
+        A v;
+        if constexpr (kGrad) v = dfma(k.a, static_cast<A>(unpack(gs, e)), dfma(k.c, xe, k.b));
+        else v = dfma(xe, k.a, k.b);
+        o.v[e] = from_compute<T>(v);
+      }
+      store_pack<1>(out + at.index(a, c), o);
+      at.next(a);
+    }
+  }
+  cluster_exit<kCluster ? 2 : 1>();  // the cluster's peers may still read this block's partials
 }
 
 // ---- launches -----------------------------------------------------------------------------------
+
+// For measuring: GRADOPS_CUDA_BN_HELD=k caps the held kernel's clusters at k blocks (0: never
+// held); GRADOPS_CUDA_BN_PREFETCH=0 turns its prefetch of the next channel off.
+inline int bn_held_cluster() {
+  static const int k = [] {
+    const char* v = std::getenv("GRADOPS_CUDA_BN_HELD");
+    return v ? std::atoi(v) : kBnHeldCluster;
+  }();
+  return k;
+}
+inline bool bn_prefetch() {
+  static const bool on = [] {
+    const char* v = std::getenv("GRADOPS_CUDA_BN_PREFETCH");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// The held kernel for clusters of `groups` blocks (1: plain blocks).
+template <class T, int VEC, bool kGrad>
+auto held_kernel_of(int64_t groups) -> void (*)(BnArgs) {
+  return groups > 1 ? runs_held_kernel<T, VEC, kGrad, true> : runs_held_kernel<T, VEC, kGrad, false>;
+}
 
 template <class T, int VEC, bool kGrad, bool kColumns>
 Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const DeviceInfo& dev) {
@@ -456,7 +670,24 @@ Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const De
   constexpr auto apply = kColumns ? columns_apply_kernel<T, VEC, kGrad> : runs_apply_kernel<T, VEC, kGrad>;
   int per_sm = 1;
   if (Status s = blocks_per_sm<reduce>(op, dev, kBnThreads, &per_sm); !s) return s;
-  const BnGeom g = bn_geometry(d, VEC, int64_t{dev.sm_count} * per_sm);
+  const int64_t wave = int64_t{dev.sm_count} * per_sm;
+  // The held kernel where its clusters fit on this device (Hopper and later); the reduce half takes
+  // its grid too.
+  BnGeom g;
+  int resident = 0;
+  if (!kColumns && d.mode != BnMode::apply) {
+    g = bn_held_geometry(d, VEC, wave, bn_held_cluster());
+    if (g.held) {
+      const auto kernel = held_kernel_of<T, VEC, kGrad>(g.groups);
+      const std::size_t smem = bn_held_smem(g, d);
+      // Cached per kernel, size and shared memory (and the kernel then allowed that much); a cluster
+      // of one counts resident blocks.
+      if (Status s = resident_clusters(op, kernel, dev, static_cast<int>(g.groups), kBnThreads, &resident, smem); !s)
+        return s;
+      g.held = resident > 0;
+    }
+  }
+  if (!g.held) g = bn_geometry(d, VEC, wave);
   BnArgs a{};
   a.x = d.x;
   a.dy = d.dy;
@@ -491,6 +722,16 @@ Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const De
   a.step_mod = g.step_mod;
   a.tw = g.tw;
   a.rb = g.rb;
+  a.slots = g.slots;
+  // Runs of single elements gained nothing from it (7x7 maps, where a block takes two channels).
+  a.prefetch = VEC > 1 && bn_prefetch();
+  const cudaStream_t stream = stream_of(ctx);
+  if (g.held && d.mode == BnMode::fused) {
+    const int64_t clusters = even_grid(g.v.c, resident);
+    return launch_clustered(op, "the BatchNorm held launch", held_kernel_of<T, VEC, kGrad>(g.groups),
+                            dim3(static_cast<unsigned>(clusters * g.groups)), dim3(kBnThreads),
+                            static_cast<int>(g.groups), bn_held_smem(g, d), stream, a);
+  }
   // Scratch: the partials (not the apply half), the coefficients (not the reduce half).
   const int64_t partials = d.mode == BnMode::apply ? 0 : 2 * g.groups * g.v.c;
   const int64_t coefs = d.mode == BnMode::reduce ? 0 : 4 * g.v.c;
@@ -500,7 +741,6 @@ Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const De
     return s;
   a.partial = ws.as<A>();
   a.coef = ws.as<A>() + partials;
-  const cudaStream_t stream = stream_of(ctx);
   if (d.mode != BnMode::apply) {
     if (g.blocks > 0)
       if (Status s = launch(op, "the BatchNorm reduction launch", reduce, dim3(static_cast<unsigned>(g.blocks)),

@@ -110,6 +110,8 @@ struct BnGeom {
   int tw = 1, rb = 1;
   int64_t step_div = 0, step_mod = 0;  // runs: a block's thread step, kBnThreads, in (runs, units)
   int64_t blocks = 0;
+  bool held = false;   // bn_held_geometry: groups blocks hold a channel, slots packs a thread
+  int64_t slots = 0;
 };
 
 // target: the blocks of one full wave of the reduction. Blocks of equal work fill it without going
@@ -140,6 +142,50 @@ inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
   }
   if (g.v.count == 0) g.groups = 0, g.blocks = 0;
   return g;
+}
+
+// The held grid (batch_norm_kernels.cuh), NCHW runs only: `groups` blocks, a cluster of up to
+// kBnHeldCluster, hold a channel's X (and dY) in at most kBnHeldSmem bytes of shared memory each:
+// two such blocks fit a multiprocessor's 228 KiB beside the 1 KiB the system keeps per block and
+// the kernel's own. held = false where no cluster can hold a channel, and for NHWC: tiles of
+// channels narrow enough to be held (4 or 8 packs a row) took up to twice the time of the reduce,
+// sums and apply kernels on an H200 (docs/ops/batch_norm.md). The reduce half of the split takes
+// the same grid, so that its sums are the fused op's.
+inline constexpr int64_t kBnHeldSmem = 110 * 1024;
+inline constexpr int kBnHeldCluster = 16;
+
+inline BnGeom bn_held_geometry(const BnCall& d, int vec, int64_t target, int max_cluster = kBnHeldCluster) {
+  BnGeom g;
+  g.v = view_of(d);
+  g.vec = vec;
+  if (g.v.columns || g.v.count == 0) return g;
+  g.units = g.v.s / vec;
+  g.per_channel = g.v.n * g.units;
+  const int64_t pack = int64_t{vec} * static_cast<int64_t>(dtype_size(d.t)) * (d.grad ? 2 : 1);
+  // Packs a thread holds where a block takes 1/k of a channel.
+  const auto slots = [&](int64_t k) { return ((g.per_channel + k - 1) / k + kBnThreads - 1) / kBnThreads; };
+  const auto fits = [&](int64_t k) { return slots(k) * kBnThreads * pack <= kBnHeldSmem; };
+  // The fewest blocks (a power of 2) that hold the channel, then more while the grid is below a
+  // wave and each block keeps two batches of kBnUnroll units a thread (as bn_geometry: fewer, larger
+  // shares measured faster than allowing 2 units a thread, 1.74 against 1.84 in the f32 gradient's
+  // geomean ratio to PyTorch on an H200).
+  const int64_t min_units = int64_t{kBnThreads} * kBnUnroll * 2;
+  if (max_cluster < 1) return g;
+  int64_t k = 1;
+  while (k < max_cluster && !fits(k)) k *= 2;
+  if (k > max_cluster || !fits(k)) return g;
+  while (k < max_cluster && k * 2 * g.v.c <= target && g.per_channel >= 2 * k * min_units) k *= 2;
+  g.groups = k;
+  g.slots = slots(k);
+  g.blocks = g.v.c * k;
+  if (g.units > 0) g.step_div = kBnThreads / g.units, g.step_mod = kBnThreads % g.units;
+  g.held = true;
+  return g;
+}
+
+inline std::size_t bn_held_smem(const BnGeom& g, const BnCall& d) {
+  return static_cast<std::size_t>(g.slots) * kBnThreads * static_cast<std::size_t>(g.vec) * dtype_size(d.t) *
+         (d.grad ? 2 : 1);
 }
 
 // The kernels a row names (in the order of detail::CudaBatchNormKernel).

@@ -29,6 +29,21 @@ std::string row_that_ran(const std::string& log, std::string_view op) {
   return ran;
 }
 
+// Runs call(&named), which checks its outputs against the oracle and sets named to the call's
+// implementation_name, with stderr captured; then expects `row` to be that name and the row that
+// the dispatch log says ran.
+template <class F>
+void expect_row_runs(const char* row, OpId id, DType t, F&& call) {
+  const std::string_view op = op_schema(id).name;
+  std::string named;
+  testing::internal::CaptureStderr();
+  call(&named);
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(testing::Test::HasFatalFailure()) << op << " (" << dtype_name(t) << ") for " << row << "\n" << log;
+  EXPECT_EQ(named, row) << op << " (" << dtype_name(t) << "): implementation_name\n" << log;
+  EXPECT_EQ(row_that_ran(log, op), row) << op << " (" << dtype_name(t) << "): the dispatch log\n" << log;
+}
+
 struct RowCase {
   const char* row;
   OpId op;
@@ -108,14 +123,10 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
   };
   std::set<std::string> covered;
   for (const RowCase& c : cases) {
-    const std::string_view op = op_schema(c.op).name;
-    std::string named;
-    testing::internal::CaptureStderr();
-    check_offsets(c.op, c.t, c.shape, c.axis, {}, &named, c.offsets, c.skip_output);
-    const std::string log = testing::internal::GetCapturedStderr();
-    ASSERT_FALSE(HasFatalFailure()) << op << " (" << dtype_name(c.t) << ") for " << c.row << "\n" << log;
-    EXPECT_EQ(named, c.row) << op << " (" << dtype_name(c.t) << "): implementation_name\n" << log;
-    EXPECT_EQ(row_that_ran(log, op), c.row) << op << " (" << dtype_name(c.t) << "): the dispatch log\n" << log;
+    expect_row_runs(c.row, c.op, c.t, [&](std::string* named) {
+      check_offsets(c.op, c.t, c.shape, c.axis, {}, named, c.offsets, c.skip_output);
+    });
+    ASSERT_FALSE(HasFatalFailure());
     covered.insert(c.row);
   }
   for (const char* row : kRows) EXPECT_EQ(covered.count(row), 1u) << row << " has no case here";
@@ -145,19 +156,16 @@ TEST_F(Cuda, EveryBatchNormRowNamesTheKernelThatRuns) {
       p.shape = c.shape;
       p.attrs = {{"channels_last", c.channels_last ? 1.0 : 0.0}};
       p.device = Device::cuda();
-      const std::string_view op = op_schema(id).name;
-      Case k(p);
-      std::string named;
-      ASSERT_TRUE(k.implementation(&named).is_ok()) << op;
-      k.poison_outputs();
-      testing::internal::CaptureStderr();
-      const Status s = k.run();
-      const std::string log = testing::internal::GetCapturedStderr();
-      ASSERT_TRUE(s.is_ok()) << op << ": " << s.to_string();
-      const Report r = k.compare();
-      EXPECT_TRUE(r.pass) << op << " on " << c.row << ": " << r.detail;
-      EXPECT_EQ(named, c.row) << op << " (" << dtype_name(c.t) << "): implementation_name\n" << log;
-      EXPECT_EQ(row_that_ran(log, op), c.row) << op << " (" << dtype_name(c.t) << "): the dispatch log\n" << log;
+      expect_row_runs(c.row, id, c.t, [&](std::string* named) {
+        Case k(p);
+        ASSERT_TRUE(k.implementation(named).is_ok());
+        k.poison_outputs();
+        const Status s = k.run();
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        const Report r = k.compare();
+        EXPECT_TRUE(r.pass) << c.row << ": " << r.detail;
+      });
+      ASSERT_FALSE(HasFatalFailure());
       covered.insert(c.row);
     }
   EXPECT_EQ(covered.size(), std::size(cases));

@@ -47,7 +47,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "core/workspace.hpp"
@@ -666,10 +665,7 @@ class Kernel {
       store_as(d_.t2, d_.running_mean, ch, static_cast<A>(st.running_mean));
       store_as(d_.t2, d_.running_var, ch, static_cast<A>(st.running_var));
       mean_[ch] = static_cast<A>(st.mean);
-      // epsilon 0 and a channel without spread: every (x − mean)/0 is 0/0, NaN as the oracle says;
-      // rounding in mean = K + dev would otherwise leave ±inf where x − mean is not exactly 0.
-      ca_[ch] = st.var + eps == 0 ? std::numeric_limits<A>::quiet_NaN()
-                                  : static_cast<A>(st.inv_std * load_as<double>(d_.t1, d_.scale, ch));
+      ca_[ch] = static_cast<A>(st.y_scale(load_as<double>(d_.t1, d_.scale, ch), eps));
       cb_[ch] = load_as<A>(d_.t1, d_.bias, ch);
     }
   }

@@ -410,9 +410,7 @@ __device__ __forceinline__ BnCoef<compute_t<T>> finish_from(const BnArgs& a, int
       store_dt(a.t2, a.running_mean, c, static_cast<A>(st.running_mean));
       store_dt(a.t2, a.running_var, c, static_cast<A>(st.running_var));
     }
-    // epsilon 0 and a channel without spread: (x − mean)/0 is 0/0, NaN (as on the CPU).
-    const A k = st.var + eps == 0 ? static_cast<A>(NAN) : static_cast<A>(st.inv_std * ch.fscale);
-    return {k, ch.bias, A(0), static_cast<A>(st.mean)};
+    return {static_cast<A>(st.y_scale(ch.fscale, eps)), ch.bias, A(0), static_cast<A>(st.mean)};
   }
 }
 

@@ -149,6 +149,12 @@ Status cuda_batch_norm_run(const Desc& d, const Context& ctx);
 struct BatchNormChannelStats {
   double mean = 0, var = 0, inv_std = 0;  // saved_mean, the biased variance, saved_inv_std
   double running_mean = 0, running_var = 0;
+  // Y's coefficient of (x − mean): inv_std·scale, except that epsilon 0 and a channel without
+  // spread make every (x − mean)/0 a 0/0, NaN as the oracle says; rounding in mean = K + dev would
+  // otherwise leave ±inf where x − mean is not exactly 0.
+  GRADOPS_HOST_DEVICE double y_scale(double scale, double epsilon) const {
+    return var + epsilon == 0 ? NAN : inv_std * scale;
+  }
 };
 
 // A channel's statistics from its sums about a shift K, sum1 = Σ(x − K) and sum2 = Σ(x − K)² over

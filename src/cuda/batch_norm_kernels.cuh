@@ -145,22 +145,24 @@ struct RunCursor {
   }
 };
 
-template <class T, int VEC, bool kGrad>
-__global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
+// This thread's sums over its units of block g's share of channel c, in unit order, kU loads of
+// each input in flight. The reduce and held kernels both sum through it, so that their partials
+// agree bit for bit. kHold: the thread's j-th pack is also kept at hx[j·kBnThreads + threadIdx.x]
+// (and dY's at hg).
+template <class T, int VEC, bool kGrad, int kU, bool kHold>
+__device__ __forceinline__ Sum2<compute_t<T>> sum_share(const BnArgs& a, int64_t c, int64_t g, compute_t<T> mu,
+                                                        Pack<T, VEC>* hx = nullptr, Pack<T, VEC>* hg = nullptr) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  __shared__ ReduceSmem<Sum2<A>> sm;
-  const int64_t c = blockIdx.x / a.groups, g = blockIdx.x % a.groups;
-  const A mu = centre_of<T, kGrad, false>(a, c);
   const P* x = static_cast<const P*>(a.x);
   const P* dy = static_cast<const P*>(a.dy);
   Sum2<A> acc{A(0), A(0)};
   RunCursor cur(a, g);
-  while (cur.u < cur.end) {
-    P xs[kBnUnroll], gs[kBnUnroll];
-    bool ok[kBnUnroll];
+  for (int64_t slot = threadIdx.x; cur.u < cur.end; slot += kU * kBnThreads) {
+    P xs[kU], gs[kU];
+    bool ok[kU];
 #pragma unroll
-    for (int k = 0; k < kBnUnroll; ++k) {
+    for (int k = 0; k < kU; ++k) {
       ok[k] = cur.u < cur.end;
       if (ok[k]) {
         const int64_t idx = cur.index(a, c);
@@ -170,12 +172,26 @@ __global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
       cur.next(a);
     }
 #pragma unroll
-    for (int k = 0; k < kBnUnroll; ++k)
-      if (ok[k])
+    for (int k = 0; k < kU; ++k)
+      if (ok[k]) {
+        if constexpr (kHold) {
+          hx[slot + k * kBnThreads] = xs[k];
+          if constexpr (kGrad) hg[slot + k * kBnThreads] = gs[k];
+        }
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           accumulate<kGrad>(acc, static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0), mu);
+      }
   }
+  return acc;
+}
+
+template <class T, int VEC, bool kGrad>
+__global__ void __launch_bounds__(kBnThreads) runs_reduce_kernel(BnArgs a) {
+  using A = compute_t<T>;
+  __shared__ ReduceSmem<Sum2<A>> sm;
+  const int64_t c = blockIdx.x / a.groups, g = blockIdx.x % a.groups;
+  const Sum2<A> acc = sum_share<T, VEC, kGrad, kBnUnroll, false>(a, c, g, centre_of<T, kGrad, false>(a, c));
   // The finish may launch once every block is here (it waits for this grid's end): earlier, its
   // blocks would hold multiprocessors that a second wave of this grid needs.
   griddep_launch_dependents();
@@ -567,32 +583,7 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
     const A mu = centre_of<T, kGrad, false>(a, c);
     BnChannel<A> ch;
     if (threadIdx.x == 0) ch = load_channel<T, kGrad, false>(a, c);
-    Sum2<A> acc{A(0), A(0)};
-    RunCursor cur(a, g);
-    for (int64_t slot = threadIdx.x; cur.u < cur.end; slot += kUnroll * kBnThreads) {
-      P xs[kUnroll], gs[kUnroll];
-      bool ok[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        ok[k] = cur.u < cur.end;
-        if (ok[k]) {
-          const int64_t idx = cur.index(a, c);
-          xs[k] = x[idx];
-          if constexpr (kGrad) gs[k] = dy[idx];
-        }
-        cur.next(a);
-      }
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k)
-        if (ok[k]) {
-          hx[slot + k * kBnThreads] = xs[k];
-          if constexpr (kGrad) hg[slot + k * kBnThreads] = gs[k];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            accumulate<kGrad>(acc, static_cast<A>(unpack(xs[k], e)), kGrad ? static_cast<A>(unpack(gs[k], e)) : A(0),
-                              mu);
-        }
-    }
+    const Sum2<A> acc = sum_share<T, VEC, kGrad, kUnroll, true>(a, c, g, mu, hx, hg);
     // The block's share of its next channel, to L2 while this one is reduced, finished and written.
     if (a.prefetch && c + step < a.c)
       for (RunCursor nx(a, g); nx.u < nx.end; nx.next(a)) {

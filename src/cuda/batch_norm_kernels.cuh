@@ -123,6 +123,32 @@ __device__ __forceinline__ void accumulate(Sum2<A>& acc, A x, A g, A mu) {
   }
 }
 
+// The elementwise coefficients of a channel: grad dX = a·dY + (c·(x - mean) + b), forward
+// Y = (x - mean)·a + b.
+template <class A>
+struct BnCoef {
+  A a, b, c, mean;
+};
+
+// A pack of outputs from a pack of X (and dY) and the coefficients of its channel (N = 1) or of
+// each of its elements' channels (N = VEC).
+template <bool kGrad, class T, int VEC, class A, int N>
+__device__ __forceinline__ Pack<T, VEC> apply_pack(const BnCoef<A> (&k)[N], const Pack<T, VEC>& xs,
+                                                   const Pack<T, VEC>& gs) {
+  static_assert(N == 1 || N == VEC);
+  Pack<T, VEC> o;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const BnCoef<A>& ke = k[N == 1 ? 0 : e];
+    const A xe = static_cast<A>(unpack(xs, e)) - ke.mean;
+    A v;
+    if constexpr (kGrad) v = dfma(ke.a, static_cast<A>(unpack(gs, e)), dfma(ke.c, xe, ke.b));
+    else v = dfma(xe, ke.a, ke.b);
+    o.v[e] = from_compute<T>(v);
+  }
+  return o;
+}
+
 // ---- runs ---------------------------------------------------------------------------------------
 
 // A thread's place in its block's share [begin, end) of a channel's n·units units: unit u is unit
@@ -211,7 +237,7 @@ __global__ void __launch_bounds__(kBnThreads) runs_apply_kernel(BnArgs a) {
   const int64_t b = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the reduction's last blocks first
   const int64_t c = b / a.groups, g = b % a.groups;
   const A* cf = static_cast<const A*>(a.coef);
-  const A ca = cf[c], cb = cf[a.c + c], cc = cf[2 * a.c + c], mu = cf[3 * a.c + c];
+  const BnCoef<A> co[1] = {{cf[c], cf[a.c + c], cf[2 * a.c + c], cf[3 * a.c + c]}};
   const P* x = static_cast<const P*>(a.x);
   const P* dy = static_cast<const P*>(a.dy);
   P* out = static_cast<P*>(a.out);
@@ -231,19 +257,8 @@ __global__ void __launch_bounds__(kBnThreads) runs_apply_kernel(BnArgs a) {
       cur.next(a);
     }
 #pragma unroll
-    for (int k = 0; k < kBnUnroll; ++k)
-      if (ok[k]) {
-        P o;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const A xe = static_cast<A>(unpack(xs[k], e)) - mu;
-          A v;
-          if constexpr (kGrad) v = dfma(ca, static_cast<A>(unpack(gs[k], e)), dfma(cc, xe, cb));
-          else v = dfma(xe, ca, cb);
-          o.v[e] = from_compute<T>(v);
-        }
-        store_pack<1>(out + at[k], o);
-      }
+    for (int u = 0; u < kBnUnroll; ++u)
+      if (ok[u]) store_pack<1>(out + at[u], apply_pack<kGrad>(co, xs[u], gs[u]));
   }
 }
 
@@ -323,11 +338,11 @@ __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
   if (ty >= a.rb || cu >= a.units) return;
   const int64_t r0 = g * a.n / a.groups, r1 = (g + 1) * a.n / a.groups;
   const A* cf = static_cast<const A*>(a.coef);
-  A ca[VEC], cb[VEC], cc[VEC], mu[VEC];
+  BnCoef<A> co[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     const int64_t ch = cu * VEC + e;
-    ca[e] = cf[ch], cb[e] = cf[a.c + ch], cc[e] = cf[2 * a.c + ch], mu[e] = cf[3 * a.c + ch];
+    co[e] = {cf[ch], cf[a.c + ch], cf[2 * a.c + ch], cf[3 * a.c + ch]};
   }
   const P* x = static_cast<const P*>(a.x);
   const P* dy = static_cast<const P*>(a.dy);
@@ -336,37 +351,19 @@ __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
   for (int64_t r = r0 + ty; r < r1; r += rb * kBnUnroll) {
     P xs[kBnUnroll], gs[kBnUnroll];
 #pragma unroll
-    for (int k = 0; k < kBnUnroll; ++k)
-      if (r + k * rb < r1) {
-        const int64_t idx = (r + k * rb) * a.units + cu;
-        xs[k] = load_pack<1>(x + idx);
-        if constexpr (kGrad) gs[k] = load_pack<1>(dy + idx);
+    for (int u = 0; u < kBnUnroll; ++u)
+      if (r + u * rb < r1) {
+        const int64_t idx = (r + u * rb) * a.units + cu;
+        xs[u] = load_pack<1>(x + idx);
+        if constexpr (kGrad) gs[u] = load_pack<1>(dy + idx);
       }
 #pragma unroll
-    for (int k = 0; k < kBnUnroll; ++k)
-      if (r + k * rb < r1) {
-        P o;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const A xe = static_cast<A>(unpack(xs[k], e)) - mu[e];
-          A v;
-          if constexpr (kGrad) v = dfma(ca[e], static_cast<A>(unpack(gs[k], e)), dfma(cc[e], xe, cb[e]));
-          else v = dfma(xe, ca[e], cb[e]);
-          o.v[e] = from_compute<T>(v);
-        }
-        store_pack<1>(out + (r + k * rb) * a.units + cu, o);
-      }
+    for (int u = 0; u < kBnUnroll; ++u)
+      if (r + u * rb < r1) store_pack<1>(out + (r + u * rb) * a.units + cu, apply_pack<kGrad>(co, xs[u], gs[u]));
   }
 }
 
 // ---- finish -------------------------------------------------------------------------------------
-
-// The elementwise coefficients of a channel: grad dX = a·dY + (c·(x - mean) + b), forward
-// Y = (x - mean)·a + b.
-template <class A>
-struct BnCoef {
-  A a, b, c, mean;
-};
 
 // A channel's per-channel inputs, read together: the held kernel asks for them as it starts the
 // channel, so that their trips to memory overlap its reduction rather than follow it.
@@ -605,22 +602,12 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
       coef = finish_from<T, kGrad>(a, c, ch, sum1, sum2, static_cast<double>(a.count), g == 0);
     }
     __syncthreads();
-    const BnCoef<A> k = coef;
+    const BnCoef<A> co[1] = {coef};
     RunCursor at(a, g);
     for (int64_t slot = threadIdx.x; at.u < at.end; slot += kBnThreads) {
-      const P xs = hx[slot];
       P gs;
       if constexpr (kGrad) gs = hg[slot];
-      P o;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const A xe = static_cast<A>(unpack(xs, e)) - k.mean;
-        A v;
-        if constexpr (kGrad) v = dfma(k.a, static_cast<A>(unpack(gs, e)), dfma(k.c, xe, k.b));
-        else v = dfma(xe, k.a, k.b);
-        o.v[e] = from_compute<T>(v);
-      }
-      store_pack<1>(out + at.index(a, c), o);
+      store_pack<1>(out + at.index(a, c), apply_pack<kGrad>(co, hx[slot], gs));
       at.next(a);
     }
   }

@@ -136,30 +136,57 @@ def layer_norm(op, shape=(8192, 1024)):
     return op, make
 
 
-def batch_norm(op, shape=(32, 256, 28, 28)):
+def batch_norm(op, shape=(32, 256, 28, 28), channels_last=False):
+    """BatchNorm on an NCHW `shape`, in NHWC memory where channels_last (PyTorch gets NCHW-shaped
+    tensors in the channels_last memory format, gradops the same memory as NHWC)."""
+    grad = op == "BatchNormalizationGrad"
+
     def make(dtype, scale):
         n = max(1, int(shape[0] * scale))
-        shp = (n,) + tuple(shape[1:])
-        c = shape[1]
+        _, c, h, w_ = shape
+        shp = (n, h, w_, c) if channels_last else (n, c, h, w_)
+        to_nchw = (lambda t: t.permute(0, 3, 1, 2)) if channels_last else (lambda t: t)
+        from_nchw = (lambda t: t.permute(0, 2, 3, 1)) if channels_last else (lambda t: t)
         x = uniform(shp, dtype, -2, 3)
-        dy = uniform(shp, dtype)
+        xt = to_nchw(x)
         w = uniform((c,), torch.float32)
-        xf = x.float().transpose(0, 1).reshape(c, -1)
+        wt = w.to(dtype)  # gradops: scale in the tensors' dtype, statistics in f32
+        label = [n, h, w_, c] if channels_last else [n, c, h, w_]
+        layout = "NHWC" if channels_last else "NCHW"
+        attrs = {"channels_last": 1 if channels_last else 0}
+        if not grad:
+            b = uniform((c,), torch.float32).to(dtype)
+            rmean, rvar = torch.zeros(c), torch.ones(c)
+            y = torch.empty_like(x)
+            outs = [y, rmean, rvar, torch.empty(c), torch.empty(c)]
+            prm, prv = torch.zeros(c), torch.ones(c)
+            peer = first_working(
+                lambda: aten.native_batch_norm(xt, wt, b, prm, prv, True, 0.1, 1e-5),
+                lambda: aten.native_batch_norm(xt, wt.float(), b.float(), prm, prv, True, 0.1, 1e-5))
+            return dict(ins=[x, wt, b, rmean, rvar], outs=outs,
+                        attrs=dict(attrs, epsilon=1e-5, momentum=0.9, training_mode=1), peer=peer, ref_out=None,
+                        check=lambda out: (y, from_nchw(out[0])), shape=label, layout=layout)
+        dy = uniform(shp, dtype)
+        dyt = to_nchw(dy)
+        xf = xt.float().transpose(0, 1).reshape(c, -1)
         mean = xf.mean(1)
         invstd = torch.rsqrt(xf.var(1, unbiased=False) + 1e-5)
-        wt = w.to(dtype)  # gradops: scale in the tensors' dtype, statistics in f32
-        outs = [torch.empty_like(x), torch.empty_like(wt), torch.empty_like(wt)]
+        dx = torch.empty_like(x)
+        outs = [dx, torch.empty_like(wt), torch.empty_like(wt)]
         peer = first_working(
-            lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean, invstd, True, 1e-5,
+            lambda: aten.native_batch_norm_backward(dyt, xt, wt, None, None, mean, invstd, True, 1e-5,
                                                     [True, True, True]),
-            lambda: aten.native_batch_norm_backward(dy, x, wt.float(), None, None, mean, invstd, True, 1e-5,
+            lambda: aten.native_batch_norm_backward(dyt, xt, wt.float(), None, None, mean, invstd, True, 1e-5,
                                                     [True, True, True]),
-            lambda: aten.native_batch_norm_backward(dy, x, wt, None, None, mean.to(dtype), invstd.to(dtype),
+            lambda: aten.native_batch_norm_backward(dyt, xt, wt, None, None, mean.to(dtype), invstd.to(dtype),
                                                     True, 1e-5, [True, True, True]))
-        return dict(ins=[dy, x, wt, mean, invstd], outs=outs, attrs={"epsilon": 1e-5}, peer=peer, ref_out=None,
-                    shape=list(shp))
+        return dict(ins=[dy, x, wt, mean, invstd], outs=outs, attrs=dict(attrs, epsilon=1e-5), peer=peer,
+                    ref_out=None, check=lambda out: (dx, from_nchw(out[0])), shape=label, layout=layout)
     return op, make
 
+
+# ResNet-50's BatchNorm layers at N = 32, the large end to the small, both layouts.
+RESNET_BN = [(32, 64, 56, 56), (32, 256, 28, 28), (32, 1024, 14, 14), (32, 2048, 7, 7)]
 
 CASES = [
     elementwise("GeluGrad", lambda dy, x: aten.gelu_backward(dy, x)),
@@ -181,8 +208,8 @@ CASES = [
     layer_norm("LayerNormalizationGrad"),
     layer_norm("InvertibleLayerNormalizationGrad"),
     layer_norm("SimplifiedLayerNormalizationGrad"),
-    batch_norm("BatchNormalizationGrad"),
-]
+] + [batch_norm(op, shape, last) for op in ("BatchNormalizationGrad", "BatchNormInternal")
+     for last in (False, True) for shape in RESNET_BN]
 
 
 def median_time(fn, repeats):
@@ -228,9 +255,12 @@ def main():
                 rows.append(dict(op=op, dtype=name, status="skipped", note=str(e).splitlines()[0]))
                 continue
             agree = True
-            if c["ref_out"] is not None:  # single-output peers: compare the results
-                ref = (peer_out[0] if isinstance(peer_out, tuple) else peer_out).float()
-                got = c["outs"][0].float()
+            if c["ref_out"] is not None or "check" in c:  # compare the (main) output with the peer's
+                if "check" in c:  # (gradops' output, the peer's in the same layout)
+                    got, ref = (t.float() for t in c["check"](peer_out))
+                else:
+                    ref = (peer_out[0] if isinstance(peer_out, tuple) else peer_out).float()
+                    got = c["outs"][0].float()
                 tol = 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-4
                 err = ((got - ref).abs() / (ref.abs() + 1)).max().item()
                 agree = err <= tol
@@ -242,11 +272,13 @@ def main():
                 tg.append(t_gradops)
                 ratios.append(t_torch / t_gradops)
             ratio = statistics.median(ratios)
-            shape = "x".join(map(str, c["shape"])) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "")
+            shape = "x".join(map(str, c["shape"])) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "") \
+                + (" NHWC" if c.get("layout") == "NHWC" else "")
             flag = "" if agree else "  RESULTS DISAGREE"
             print(f"{op:36} {name:5} {shape:>25} {statistics.median(tt)*1e3:9.3f} {statistics.median(tg)*1e3:10.3f}"
                   f" {ratio:6.2f} {min(ratios):6.2f}-{max(ratios):5.2f}{flag}", flush=True)
-            rows.append(dict(op=op, dtype=name, shape=c["shape"], axis=c.get("axis", -1), torch_ms=statistics.median(tt) * 1e3,
+            rows.append(dict(op=op, dtype=name, shape=c["shape"], axis=c.get("axis", -1), layout=c.get("layout"),
+                             torch_ms=statistics.median(tt) * 1e3,
                              gradops_ms=statistics.median(tg) * 1e3, ratio=ratio, ratio_min=min(ratios),
                              ratio_max=max(ratios), status="pass" if agree else "disagree"))
     timed = [r for r in rows if "ratio" in r]

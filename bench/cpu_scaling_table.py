@@ -56,12 +56,15 @@ def main():
     version = next(d["torch"] for d in torch.values() if d)
     print(f"PyTorch {version}: its time over gradops' (> 1: gradops is faster)")
     print()
-    print("| op | dtype | " + " | ".join(f"{n} thr" for n in threads) + " |")
-    print("| --- | --- | " + " | ".join("---:" for _ in threads) + " |")
+    print("| op | dtype | shape | " + " | ".join(f"{n} thr" for n in threads) + " |")
+    print("| --- | --- | --- | " + " | ".join("---:" for _ in threads) + " |")
     rows, seen = {}, []
     for n, d in torch.items():
         for c in (d or {}).get("cases", []):
-            k = (c["op"], c["dtype"])
+            # One row per case: an op has several shapes (softmax axes, BatchNorm layers and layouts).
+            shape = "x".join(map(str, c.get("shape", []))) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "")
+            shape += " NHWC" if c.get("layout") == "NHWC" else ""
+            k = (c["op"], c["dtype"], shape)
             if k not in rows:
                 rows[k] = {}
                 seen.append(k)
@@ -69,12 +72,12 @@ def main():
     for k in seen:
         cells = [f"{rows[k][n]['ratio']:.2f}" if n in rows[k] and "ratio" in rows[k][n] else
                  (rows[k][n].get("status", "-") if n in rows[k] else "-") for n in threads]
-        print(f"| {k[0]} | {k[1]} | " + " | ".join(cells) + " |")
+        print(f"| {k[0]} | {k[1]} | {k[2]} | " + " | ".join(cells) + " |")
     geo = []
     for n in threads:
         r = [c["ratio"] for c in (torch[n] or {}).get("cases", []) if "ratio" in c]
         geo.append(f"{math.exp(sum(map(math.log, r)) / len(r)):.2f}" if r else "-")
-    print("| geomean | | " + " | ".join(geo) + " |")
+    print("| geomean | | | " + " | ".join(geo) + " |")
     return 0
 
 

@@ -66,7 +66,6 @@ struct BnArgs {
   int64_t units, per_channel, groups, tiles, step_div, step_mod;
   int64_t slots;  // held: the packs of each input a thread holds
   int tw, rb;
-  bool prefetch;  // held: the next channel to L2 while this one finishes
 };
 
 // ---- per-channel values of the statistics' and parameters' types --------------------------------
@@ -528,7 +527,8 @@ __global__ void __launch_bounds__(kBnThreads) finish_kernel(BnArgs a) {
 // finishes the channel, and the block applies from what it holds. The sums are then those of the
 // reduce half of the split with the same grid, so the fused op is still the halves' composition.
 // Clusters stay resident and loop over the channels: launched one channel each, a wave of large
-// clusters waits for whole GPCs to drain (softmax_strided.cuh measured it).
+// clusters waits for whole GPCs to drain (softmax_strided.cuh measured it). They do not ask L2 for
+// the next channel ahead: on an H100 that made the large layers slower (lab/cuda/NOTES.md).
 template <bool kCluster>
 __device__ __forceinline__ void held_sync() {
 #if defined(_CG_HAS_CLUSTER_GROUP)
@@ -572,8 +572,6 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
   __shared__ BnCoef<A> coef;
   const int64_t g = held_rank<kCluster>();
   const int64_t step = gridDim.x / a.groups;
-  const P* x = static_cast<const P*>(a.x);
-  const P* dy = static_cast<const P*>(a.dy);
   P* out = static_cast<P*>(a.out);
   int parity = 0;
   for (int64_t c = blockIdx.x / a.groups; c < a.c; c += step, parity ^= 1) {
@@ -581,13 +579,6 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
     BnChannel<A> ch;
     if (threadIdx.x == 0) ch = load_channel<T, kGrad, false>(a, c);
     const Sum2<A> acc = sum_share<T, VEC, kGrad, kUnroll, true>(a, c, g, mu, hx, hg);
-    // The block's share of its next channel, to L2 while this one is reduced, finished and written.
-    if (a.prefetch && c + step < a.c)
-      for (RunCursor nx(a, g); nx.u < nx.end; nx.next(a)) {
-        const int64_t idx = nx.index(a, c + step);
-        prefetch_line(x, idx);
-        if constexpr (kGrad) prefetch_line(dy, idx);
-      }
     const Sum2<A> t = block_allreduce<Sum2Op<A>, 1>(acc, sm, parity);
     if (threadIdx.x == 0) part[parity] = t;
     held_sync<kCluster>();
@@ -617,7 +608,7 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
 // ---- launches -----------------------------------------------------------------------------------
 
 // For measuring: GRADOPS_CUDA_BN_HELD=k caps the held kernel's clusters at k blocks (0: never
-// held); GRADOPS_CUDA_BN_PREFETCH=0 turns its prefetch of the next channel off.
+// held, the three kernels).
 inline int bn_held_cluster() {
   static const int k = [] {
     const char* v = std::getenv("GRADOPS_CUDA_BN_HELD");
@@ -625,14 +616,6 @@ inline int bn_held_cluster() {
   }();
   return k;
 }
-inline bool bn_prefetch() {
-  static const bool on = [] {
-    const char* v = std::getenv("GRADOPS_CUDA_BN_PREFETCH");
-    return !(v && v[0] == '0');
-  }();
-  return on;
-}
-
 // The held kernel for clusters of `groups` blocks (1: plain blocks).
 template <class T, int VEC, bool kGrad>
 auto held_kernel_of(int64_t groups) -> void (*)(BnArgs) {
@@ -699,8 +682,6 @@ Status run_bn(std::string_view op, const BnCall& d, const Context& ctx, const De
   a.tw = g.tw;
   a.rb = g.rb;
   a.slots = g.slots;
-  // Runs of single elements gained nothing from it (7x7 maps, where a block takes two channels).
-  a.prefetch = VEC > 1 && bn_prefetch();
   const cudaStream_t stream = stream_of(ctx);
   if (g.held && d.mode == BnMode::fused) {
     const int64_t clusters = even_grid(g.v.c, resident);

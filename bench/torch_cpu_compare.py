@@ -64,6 +64,12 @@ def first_working(*peers):
     raise error
 
 
+def against(got, pick=lambda out: out):
+    """A case's check: gradops' output `got` and the peer's (its first output if it returns several;
+    `pick` puts it in got's layout), compared before timing."""
+    return lambda out: (got, pick(out[0] if isinstance(out, tuple) else out))
+
+
 def elementwise(op, peer, second="x", attrs=None, n=1 << 24):
     def make(dtype, scale):
         m = int(n * scale)
@@ -74,7 +80,7 @@ def elementwise(op, peer, second="x", attrs=None, n=1 << 24):
         elif second == "tanh":
             x = torch.tanh(x.float()).to(dtype)
         dx = torch.empty_like(dy)
-        return dict(ins=[dy, x], outs=[dx], attrs=attrs or {}, peer=lambda: peer(dy, x), ref_out=0,
+        return dict(ins=[dy, x], outs=[dx], attrs=attrs or {}, peer=lambda: peer(dy, x), check=against(dx),
                     shape=[m])
     return op, make
 
@@ -85,7 +91,7 @@ def bias_gelu(op, approximate, shape=(4096, 4096)):
         dy, x, b = uniform((rows, cols), dtype), uniform((rows, cols), dtype, -4, 4), uniform((cols,), dtype)
         dx = torch.empty_like(dy)
         return dict(ins=[dy, x, b], outs=[dx], attrs={},
-                    peer=lambda: aten.gelu_backward(dy, x + b, approximate=approximate), ref_out=0,
+                    peer=lambda: aten.gelu_backward(dy, x + b, approximate=approximate), check=against(dx),
                     shape=[rows, cols])
     return op, make
 
@@ -104,8 +110,8 @@ def softmax(op, log, shape=(8192, 1024), axis=-1):
         dy = uniform(shp, dtype)
         dx = torch.empty_like(dy)
         fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
-        return dict(ins=[dy, y], outs=[dx], attrs={"axis": axis}, peer=lambda: fn(dy, y, axis, dtype), ref_out=0,
-                    shape=list(shp), axis=axis)
+        return dict(ins=[dy, y], outs=[dx], attrs={"axis": axis}, peer=lambda: fn(dy, y, axis, dtype),
+                    check=against(dx), shape=list(shp), axis=axis)
     return op, make
 
 
@@ -132,7 +138,7 @@ def layer_norm(op, shape=(8192, 1024)):
             lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True]),
             lambda: aten.native_layer_norm_backward(dy, x, [cols], mean.to(dtype), rstd.to(dtype), w, b,
                                                     [True, True, True]))
-        return dict(ins=ins, outs=outs, attrs={"axis": -1}, peer=peer, ref_out=None, shape=[rows, cols])
+        return dict(ins=ins, outs=outs, attrs={"axis": -1}, peer=peer, shape=[rows, cols])
     return op, make
 
 
@@ -164,8 +170,8 @@ def batch_norm(op, shape=(32, 256, 28, 28), channels_last=False):
                 lambda: aten.native_batch_norm(xt, wt, b, prm, prv, True, 0.1, 1e-5),
                 lambda: aten.native_batch_norm(xt, wt.float(), b.float(), prm, prv, True, 0.1, 1e-5))
             return dict(ins=[x, wt, b, rmean, rvar], outs=outs,
-                        attrs=dict(attrs, epsilon=1e-5, momentum=0.9, training_mode=1), peer=peer, ref_out=None,
-                        check=lambda out: (y, from_nchw(out[0])), shape=label, layout=layout)
+                        attrs=dict(attrs, epsilon=1e-5, momentum=0.9, training_mode=1), peer=peer,
+                        check=against(y, from_nchw), shape=label, layout=layout)
         dy = uniform(shp, dtype)
         dyt = to_nchw(dy)
         xf = xt.float().transpose(0, 1).reshape(c, -1)
@@ -181,7 +187,7 @@ def batch_norm(op, shape=(32, 256, 28, 28), channels_last=False):
             lambda: aten.native_batch_norm_backward(dyt, xt, wt, None, None, mean.to(dtype), invstd.to(dtype),
                                                     True, 1e-5, [True, True, True]))
         return dict(ins=[dy, x, wt, mean, invstd], outs=outs, attrs=dict(attrs, epsilon=1e-5), peer=peer,
-                    ref_out=None, check=lambda out: (dx, from_nchw(out[0])), shape=label, layout=layout)
+                    check=against(dx, from_nchw), shape=label, layout=layout)
     return op, make
 
 
@@ -255,12 +261,8 @@ def main():
                 rows.append(dict(op=op, dtype=name, status="skipped", note=str(e).splitlines()[0]))
                 continue
             agree = True
-            if c["ref_out"] is not None or "check" in c:  # compare the (main) output with the peer's
-                if "check" in c:  # (gradops' output, the peer's in the same layout)
-                    got, ref = (t.float() for t in c["check"](peer_out))
-                else:
-                    ref = (peer_out[0] if isinstance(peer_out, tuple) else peer_out).float()
-                    got = c["outs"][0].float()
+            if "check" in c:  # gradops' (main) output against the peer's
+                got, ref = (t.float() for t in c["check"](peer_out))
                 tol = 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-4
                 err = ((got - ref).abs() / (ref.abs() + 1)).max().item()
                 agree = err <= tol

@@ -15,6 +15,9 @@ namespace gradops::cuda {
 
 inline constexpr int kBnThreads = 256;  // every reduce and apply block
 inline constexpr int kBnUnroll = 4;     // units a thread has in flight per input
+// The fewest units a block's share of a channel is cut to: two batches of kBnUnroll a thread (fewer
+// partials for the finish to add, and still enough loads in flight).
+inline constexpr int64_t kBnMinUnits = int64_t{kBnThreads} * kBnUnroll * 2;
 
 // What a call runs: the fused op (reduce, finish, apply), or one half of the split: the reduce half
 // stops at the per-channel sums (f64, [Σ1 per channel, Σ2 per channel, count]), the apply half
@@ -116,13 +119,12 @@ struct BnGeom {
 
 // target: the blocks of one full wave of the reduction. Blocks of equal work fill it without going
 // over (a few blocks past a wave would take as long as the wave), or, with more channels (tiles)
-// than it holds, take one block each. Each thread gets two batches of kBnUnroll units (rows) where
-// the tensor has them: fewer partials for the finish to add, and still loads enough in flight.
+// than it holds, take one block each. Each block gets kBnMinUnits units (rows: two batches of
+// kBnUnroll a thread) where the tensor has them.
 inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
   BnGeom g;
   g.v = view_of(d);
   g.vec = vec;
-  const int64_t min_units = int64_t{kBnThreads} * kBnUnroll * 2;
   if (g.v.columns) {
     g.units = g.v.c / vec;
     g.tw = static_cast<int>(std::min<int64_t>(g.units, 32));
@@ -135,7 +137,7 @@ inline BnGeom bn_geometry(const BnCall& d, int vec, int64_t target) {
   } else {
     g.units = g.v.s / vec;
     g.per_channel = g.v.n * g.units;
-    const int64_t most = std::max<int64_t>(1, (g.per_channel + min_units - 1) / min_units);
+    const int64_t most = std::max<int64_t>(1, (g.per_channel + kBnMinUnits - 1) / kBnMinUnits);
     g.groups = std::clamp<int64_t>(target / g.v.c, 1, most);
     g.blocks = g.v.c * g.groups;
     if (g.units > 0) g.step_div = kBnThreads / g.units, g.step_mod = kBnThreads % g.units;
@@ -166,15 +168,14 @@ inline BnGeom bn_held_geometry(const BnCall& d, int vec, int64_t target, int max
   const auto slots = [&](int64_t k) { return ((g.per_channel + k - 1) / k + kBnThreads - 1) / kBnThreads; };
   const auto fits = [&](int64_t k) { return slots(k) * kBnThreads * pack <= kBnHeldSmem; };
   // The fewest blocks (a power of 2) that hold the channel, then more while the grid is below a
-  // wave and each block keeps two batches of kBnUnroll units a thread (as bn_geometry: fewer, larger
-  // shares measured faster than allowing 2 units a thread, 1.74 against 1.84 in the f32 gradient's
-  // geomean ratio to PyTorch on an H200).
-  const int64_t min_units = int64_t{kBnThreads} * kBnUnroll * 2;
+  // wave and each block keeps kBnMinUnits units (as bn_geometry: fewer, larger shares measured
+  // faster than allowing 2 units a thread, 1.74 against 1.84 in the f32 gradient's geomean ratio to
+  // PyTorch on an H200).
   if (max_cluster < 1) return g;
   int64_t k = 1;
   while (k < max_cluster && !fits(k)) k *= 2;
   if (k > max_cluster || !fits(k)) return g;
-  while (k < max_cluster && k * 2 * g.v.c <= target && g.per_channel >= 2 * k * min_units) k *= 2;
+  while (k < max_cluster && k * 2 * g.v.c <= target && g.per_channel >= 2 * k * kBnMinUnits) k *= 2;
   g.groups = k;
   g.slots = slots(k);
   g.blocks = g.v.c * k;

@@ -122,11 +122,6 @@ Status launch_clustered(std::string_view op, const char* what, void (*kernel)(Pa
   return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
 }
 
-// Lets `kernel` take up to `bytes` of dynamic shared memory on the current device (beyond the
-// default 48 KiB an opt-in is needed). The limit only ever rises, so that a concurrent call's
-// larger launch stays valid; asked of the driver once per kernel, device and size.
-Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes);
-
 // Clusters of `size` blocks of `threads` threads of `kernel`, with `smem` bytes of dynamic shared
 // memory each, that the device runs at once: 0 where none can be co-scheduled (a device without
 // cluster launch, a kernel built for an architecture before sm_90, a cluster too large for a GPC).

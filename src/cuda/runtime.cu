@@ -57,6 +57,11 @@ Status current_device(std::string_view op, DeviceInfo* out) {
   return {};
 }
 
+namespace {
+
+// Lets `kernel` take up to `bytes` of dynamic shared memory on the current device (beyond the
+// default 48 KiB an opt-in is needed). The limit only ever rises, so that a concurrent call's
+// larger launch stays valid; asked of the driver once per kernel, device and size.
 Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes) {
   constexpr std::size_t kDefault = 48 * 1024;
   if (bytes <= kDefault) return {};
@@ -74,6 +79,8 @@ Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceI
   now = bytes;
   return {};
 }
+
+}  // namespace
 
 Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
                          int* clusters, std::size_t smem) {

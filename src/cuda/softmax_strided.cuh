@@ -319,7 +319,7 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
   if constexpr (kCluster) {
     int resident = 0;
     if (Status s = resident_clusters(op, kernel, dev, p.blocks, threads, &resident); !s) return s;
-    clusters = even_grid(p.tiles, std::max(resident, 1));
+    clusters = even_grid(p.tiles, resident);
   }
   const HeldArgs a{d.dy, d.y, d.out, d.outer, p.len, p.units, p.tiles, p.tx, p.ty, p.fold};
   return launch_clustered(op, "the strided held launch", kernel, dim3(static_cast<unsigned>(clusters * p.blocks)),

@@ -177,27 +177,39 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
           }
       }
     } else {
-      // The block's row groups, folded in group order through shared memory: [2][cols].
+      // The block's row groups folded in group order, one pack index k at a time: every group
+      // stores its pack-k sums to shared memory, [group][2][lanes * VEC] (thread t's at t * VEC, in
+      // 16-byte pieces), then the whole block adds each column over the groups in order, (g0 + g1)
+      // + g2 ..., and writes it. All warps work on every round: no group waits for another's fold.
+      constexpr int outs = kHasDbias<K> ? 2 : 1;
+      constexpr int CH = 16 / static_cast<int>(sizeof(A));
+      static_assert(VEC % CH == 0, "a pack is whole 16-byte pieces of the compute type");
+      using PA = Pack<A, CH>;
+      const int width = lanes * VEC;
       A* fold = reinterpret_cast<A*>(fold_raw);
-      for (int g = 0; g < rows_per_block; ++g) {
-        if (group == g) {
 #pragma unroll
-          for (int k = 0; k < N; ++k) {
-            const int64_t p = static_cast<int64_t>(k) * lanes + t;
-            if (p < packs)
+      for (int k = 0; k < N; ++k) {
+        if (k > 0) __syncthreads();  // the last round's readers are done
 #pragma unroll
-              for (int j = 0; j < VEC; ++j) {
-                const int64_t c = p * VEC + j;
-                fold[c] = g == 0 ? ps[k][j] : fold[c] + ps[k][j];
-                if constexpr (kHasDbias<K>) fold[a.cols + c] = g == 0 ? pb[k][j] : fold[a.cols + c] + pb[k][j];
-              }
+        for (int o = 0; o < outs; ++o) {
+          PA* mine = reinterpret_cast<PA*>(fold + (static_cast<int64_t>(group) * outs + o) * width + t * VEC);
+#pragma unroll
+          for (int q = 0; q < VEC / CH; ++q) {
+            PA v;
+#pragma unroll
+            for (int i = 0; i < CH; ++i) v.v[i] = o == 0 ? ps[k][q * CH + i] : pb[kHasDbias<K> ? k : 0][q * CH + i];
+            mine[q] = v;
           }
         }
         __syncthreads();
-      }
-      for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
-        part_s[c] = fold[c];
-        if constexpr (kHasDbias<K>) part_b[c] = fold[a.cols + c];
+        const int64_t c0 = static_cast<int64_t>(k) * width;
+        for (int i = threadIdx.x; i < outs * width; i += blockDim.x) {
+          const int o = i / width, w = i % width;
+          if (c0 + w >= a.cols) continue;
+          A acc = fold[static_cast<int64_t>(o) * width + w];
+          for (int g = 1; g < rows_per_block; ++g) acc += fold[(static_cast<int64_t>(g) * outs + o) * width + w];
+          (o == 0 ? part_s : part_b)[c0 + w] = acc;
+        }
       }
     }
   }
@@ -334,7 +346,10 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     if (row == Path::general)
       return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,
                        stream, a);
-    const std::size_t smem = want && h.rows_per_block > 1 ? sizeof(A) * 2 * static_cast<std::size_t>(d.cols) : 0;
+    // The fold of a block's row groups: [groups][dscale, dbias][lanes * VEC].
+    const std::size_t smem = want && h.rows_per_block > 1
+                                 ? sizeof(A) * (kHasDbias<K> ? 2 : 1) * static_cast<std::size_t>(h.threads) * VEC
+                                 : 0;
     auto go = [&](auto kernel) {
       return launch_ln(op, "the held gradient launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);
     };

@@ -3,6 +3,7 @@
 
 Usage: bench/gpu_bench.py --lib build/gpu/libgradops.so [--out out/gpu] [--dtypes f32,bf16,f16]
        [--families elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm] [--repeats 30] [--quick]
+       [--ops LayerNormalizationGrad,...]
 
 For every case the inputs go to both sides; the outputs are compared first (a disagreement beyond the
 dtype's tolerance marks the case FAILED and it is not timed). Then the two sides are timed in
@@ -544,6 +545,7 @@ def main():
     ap.add_argument("--families", default="elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="f32 and bf16 only, 10 repeats")
+    ap.add_argument("--ops", default="", help="only these ops (comma-separated names; default: every op)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_bench: PyTorch sees no CUDA device")
@@ -557,7 +559,7 @@ def main():
     same_size = SameSizeCopy(timer, copy_gbs)
     rows = []
     for case in cases():
-        if case["family"] not in families:
+        if case["family"] not in families or (args.ops and case["op"] not in args.ops.split(",")):
             continue
         for name in dtypes:
             row = run_case(case, DTYPES[name], gradops, timer, copy_gbs, same_size)

@@ -122,6 +122,16 @@ Status launch_clustered(std::string_view op, const char* what, void (*kernel)(Pa
   return status_of(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op, what);
 }
 
+// Lets `kernel` take up to `bytes` of dynamic shared memory on the current device (beyond 48 KiB
+// of static and dynamic shared memory together an opt-in is needed). The limit only ever rises, so
+// that a concurrent call's larger launch stays valid; the driver is asked once per kernel and
+// device, and once per larger size.
+Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes);
+template <class... Params>
+Status allow_dynamic_smem(std::string_view op, void (*kernel)(Params...), const DeviceInfo& dev, std::size_t bytes) {
+  return allow_dynamic_smem(op, reinterpret_cast<const void*>(kernel), dev, bytes);
+}
+
 // Clusters of `size` blocks of `threads` threads of `kernel`, with `smem` bytes of dynamic shared
 // memory each, that the device runs at once: 0 where none can be co-scheduled (a device without
 // cluster launch, a kernel built for an architecture before sm_90, a cluster too large for a GPC).

@@ -261,9 +261,10 @@ inline HeldShape held_shape(int64_t rows, int64_t packs, int max_packs = kLnMaxP
 // (clusters of 8 fill whole GPCs, and an H100's GPCs do not all hold two), so that no cluster waits
 // for a second wave; h->ok = false where none can run (no clusters, or too few registers).
 template <class Kernel>
-Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, int64_t rows, HeldShape* h) {
+Status fit_clusters(std::string_view op, Kernel kernel, const DeviceInfo& dev, int64_t rows, HeldShape* h,
+                    std::size_t smem = 0) {
   int clusters = 0;
-  if (Status s = resident_clusters(op, kernel, dev, h->cluster, h->threads, &clusters); !s) return s;
+  if (Status s = resident_clusters(op, kernel, dev, h->cluster, h->threads, &clusters, smem); !s) return s;
   if (clusters < 1) {
     h->ok = false;
     return {};

@@ -40,6 +40,20 @@ __device__ __forceinline__ A load_stat(const void* p, int64_t i) {
 
 // ---- held: a row in registers ---------------------------------------------------------------------
 
+// Shared memory of a held block: its threads' scale (and bias) packs, then the fold of its row
+// groups' column sums (several rows a block, with scale_grad or bias_grad asked).
+template <LnKind K, class S, int N>
+__host__ __device__ constexpr std::size_t held_column_bytes(unsigned threads) {
+  return (K == LnKind::inv_grad ? 2 : 1) * static_cast<std::size_t>(N) * threads * kLnVec<S> * sizeof(typename S::V);
+}
+template <LnKind K, class S, int N>
+std::size_t held_grad_smem(const HeldShape& h, bool want) {
+  const std::size_t fold = want && h.rows_per_block > 1
+                               ? sizeof(typename S::A) * (kHasDbias<K> ? 2 : 1) * static_cast<std::size_t>(h.threads) * kLnVec<S>
+                               : 0;
+  return held_column_bytes<K, S, N>(static_cast<unsigned>(h.threads)) + fold;
+}
+
 // Thread t of a row's `lanes` holds packs k * lanes + t (k < N). kMinB: 2 resident 512-thread
 // blocks (64 registers) for one pack a thread, else 1 (128).
 template <LnKind K, class S, int VEC, int N>
@@ -53,7 +67,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   using PV = Pack<V, VEC>;
   using PT = Pack<T, VEC>;
   __shared__ LnSmem<Sum2<A>> sm;
-  extern __shared__ unsigned char fold_raw[];
+  extern __shared__ unsigned char smem_raw[];
   griddep_launch_dependents();  // the column sum may launch now; it waits for this grid's end
 
   const int lanes = a.lanes, cluster = a.cluster;
@@ -72,6 +86,19 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   T* dx = static_cast<T*>(a.out);
   const A inv_n = A(1) / static_cast<A>(a.cols);
   const bool want_partial = a.partial != nullptr;
+
+  // The thread's scale (and bias) packs, the same in every row, in its own shared-memory slots
+  // [k][thread]: read each row from there instead of global memory, halving the global loads.
+  PV* own_scale = reinterpret_cast<PV*>(smem_raw);
+  PV* own_bias = own_scale + N * blockDim.x;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t p = static_cast<int64_t>(k) * lanes + t;
+    if (p < packs) {
+      own_scale[k * blockDim.x + threadIdx.x] = scale[p];
+      if constexpr (K == LnKind::inv_grad) own_bias[k * blockDim.x + threadIdx.x] = bias[p];
+    }
+  }
 
   A ps[N][VEC], pb[kHasDbias<K> ? N : 1][VEC];
 #pragma unroll
@@ -119,10 +146,9 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
-        const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        const PV sc = scale[p];
+        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
         PV bi{};
-        if constexpr (K == LnKind::inv_grad) bi = bias[p];
+        if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const A scj = unpack(sc, j);
@@ -141,9 +167,9 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
         const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        const PV sc = scale[p];
+        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
         PV bi{};
-        if constexpr (K == LnKind::inv_grad) bi = bias[p];
+        if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
         PT o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
@@ -186,7 +212,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
       static_assert(VEC % CH == 0, "a pack is whole 16-byte pieces of the compute type");
       using PA = Pack<A, CH>;
       const int width = lanes * VEC;
-      A* fold = reinterpret_cast<A*>(fold_raw);
+      A* fold = reinterpret_cast<A*>(smem_raw + held_column_bytes<K, S, N>(blockDim.x));
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         if (k > 0) __syncthreads();  // the last round's readers are done
@@ -300,7 +326,9 @@ Status plan_grad(std::string_view op, const LayerNormDesc& d, const DeviceInfo* 
   return plan_held<S>(
       d, kLnMaxPacks, dev,
       [&](const DeviceInfo& dv, HeldShape* h) {
-        return fit_clusters(op, held_grad_kernel<K, S, kLnVec<S>, kLnMaxPacks>, dv, d.rows, h);
+        // A cluster holds one row a block: no fold, only the scale (and bias) packs.
+        return fit_clusters(op, held_grad_kernel<K, S, kLnVec<S>, kLnMaxPacks>, dv, d.rows, h,
+                            held_column_bytes<K, S, kLnMaxPacks>(static_cast<unsigned>(h->threads)));
       },
       p);
 }
@@ -346,19 +374,16 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     if (row == Path::general)
       return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,
                        stream, a);
-    // The fold of a block's row groups: [groups][dscale, dbias][lanes * VEC].
-    const std::size_t smem = want && h.rows_per_block > 1
-                                 ? sizeof(A) * (kHasDbias<K> ? 2 : 1) * static_cast<std::size_t>(h.threads) * VEC
-                                 : 0;
-    auto go = [&](auto kernel) {
+    auto go = [&](auto kernel, std::size_t smem) -> Status {
+      if (Status s = allow_dynamic_smem(op, kernel, dev, smem); !s) return s;
       return launch_ln(op, "the held gradient launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);
     };
     switch (h.n) {
-      case 1: return go(held_grad_kernel<K, S, VEC, 1>);
-      case 2: return go(held_grad_kernel<K, S, VEC, 2>);
+      case 1: return go(held_grad_kernel<K, S, VEC, 1>, held_grad_smem<K, S, 1>(h, want));
+      case 2: return go(held_grad_kernel<K, S, VEC, 2>, held_grad_smem<K, S, 2>(h, want));
       default: break;
     }
-    return go(held_grad_kernel<K, S, VEC, kLnMaxPacks>);
+    return go(held_grad_kernel<K, S, VEC, kLnMaxPacks>, held_grad_smem<K, S, kLnMaxPacks>(h, want));
   };
   if (Status s = launch_main(); !s || !want) return s;
   ColumnSumArgs<V> cs{};

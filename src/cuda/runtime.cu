@@ -57,30 +57,33 @@ Status current_device(std::string_view op, DeviceInfo* out) {
   return {};
 }
 
-namespace {
-
-// Lets `kernel` take up to `bytes` of dynamic shared memory on the current device (beyond the
-// default 48 KiB an opt-in is needed). The limit only ever rises, so that a concurrent call's
-// larger launch stays valid; asked of the driver once per kernel, device and size.
 Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceInfo& dev, std::size_t bytes) {
-  constexpr std::size_t kDefault = 48 * 1024;
-  if (bytes <= kDefault) return {};
+  constexpr std::size_t kDefault = 48 * 1024;  // static and dynamic together, without the opt-in
+  if (bytes == 0) return {};
+  struct Allowed {
+    bool asked = false;
+    std::size_t static_bytes = 0, dynamic = 0;
+  };
   using Key = std::pair<std::uintptr_t, int>;
   static std::mutex mu;
-  static std::map<Key, std::size_t> allowed;
-  std::lock_guard<std::mutex> lock(mu);  // held across the driver call: the limit never falls
-  std::size_t& now = allowed[Key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal}];
-  if (now >= bytes) return {};
+  static std::map<Key, Allowed> allowed;
+  std::lock_guard<std::mutex> lock(mu);  // held across the driver calls: the limit never falls
+  Allowed& now = allowed[Key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal}];
+  if (!now.asked) {
+    cudaFuncAttributes attr{};
+    if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
+    now.asked = true;
+    now.static_bytes = attr.sharedSizeBytes;
+  }
+  if (bytes + now.static_bytes <= kDefault || now.dynamic >= bytes) return {};
   if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(bytes)),
                            op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
       !s)
     return s;
-  now = bytes;
+  now.dynamic = bytes;
   return {};
 }
-
-}  // namespace
 
 Status resident_clusters(std::string_view op, const void* kernel, const DeviceInfo& dev, int size, int threads,
                          int* clusters, std::size_t smem) {

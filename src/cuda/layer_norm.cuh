@@ -196,6 +196,15 @@ inline constexpr int kLnMaxBlockThreads = 512;
 inline constexpr int kLnSms = 132;
 constexpr int ln_threads_per_sm(int n) { return n == 1 ? 1024 : 512; }
 
+// Shared memory for a held block's own copy of its threads' per-column packs (scale, and bias
+// where given): `tensors` of them, n packs a thread, [tensor][k][thread], each thread writing and
+// reading only its own slots. Read each row from there instead of global memory: fewer global
+// loads, off the row's critical path.
+template <class S>
+__host__ __device__ constexpr std::size_t ln_column_bytes(int tensors, int n, unsigned threads) {
+  return static_cast<std::size_t>(tensors) * static_cast<std::size_t>(n) * threads * kLnVec<S> * sizeof(typename S::V);
+}
+
 struct HeldShape {
   bool ok = false;
   int n = 0;        // packs per thread

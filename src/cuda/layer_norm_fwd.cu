@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
   using PT = Pack<T, VEC>;
   using PV = Pack<V, VEC>;
   __shared__ LnSmem<A> sm;
+  extern __shared__ unsigned char smem_raw[];
   const int lanes = a.lanes, cluster = a.cluster;
   const int rank = cluster_rank(cluster);
   const int group = cluster > 1 ? 0 : static_cast<int>(threadIdx.x) / lanes;
@@ -62,6 +63,17 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
   const A inv_n = A(1) / static_cast<A>(a.cols);
   const A eps = static_cast<A>(a.epsilon);
   const bool has_bias = bias != nullptr;
+  // The thread's scale (and bias) packs, the same in every row (ln_column_bytes).
+  PV* own_scale = reinterpret_cast<PV*>(smem_raw);
+  PV* own_bias = own_scale + N * blockDim.x;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t p = static_cast<int64_t>(k) * lanes + t;
+    if (p < packs) {
+      own_scale[k * blockDim.x + threadIdx.x] = scale[p];
+      if (has_bias) own_bias[k * blockDim.x + threadIdx.x] = bias[p];
+    }
+  }
   int parity = 0;
   for (int64_t first = blockIdx.x / cluster * rows_per_block; first < a.rows; first += step) {
     const int64_t row = first + group;
@@ -119,9 +131,9 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
         const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        const PV sc = scale[p];
+        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
         PV bi{};
-        if (has_bias) bi = bias[p];
+        if (has_bias) bi = own_bias[k * blockDim.x + threadIdx.x];
         PV o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
@@ -203,7 +215,11 @@ template <LnKind K, class S>
 Status plan_fwd(std::string_view op, const LayerNormDesc& d, const DeviceInfo* dev, LnPlan* p) {
   return plan_held<S>(
       d, kLnFwdMaxPacks, dev,
-      [&](const DeviceInfo& dv, HeldShape* h) { return fit_clusters(op, held_fwd_for<K, S>(h->n), dv, d.rows, h); }, p);
+      [&](const DeviceInfo& dv, HeldShape* h) {
+        return fit_clusters(op, held_fwd_for<K, S>(h->n), dv, d.rows, h,
+                            ln_column_bytes<S>(d.bias ? 2 : 1, h->n, static_cast<unsigned>(h->threads)));
+      },
+      p);
 }
 
 template <LnKind K, class S>
@@ -231,8 +247,10 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   a.lanes = h.lanes;
   a.cluster = h.cluster;
   a.groups = h.groups;
-  auto go = [&](auto kernel) {
-    return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, 0, stream, a);
+  const std::size_t smem = ln_column_bytes<S>(a.bias ? 2 : 1, h.n, static_cast<unsigned>(h.threads));
+  auto go = [&](auto kernel) -> Status {
+    if (Status s = allow_dynamic_smem(op, kernel, dev, smem); !s) return s;
+    return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);
   };
   switch (h.n) {
     case 1: return go(held_fwd_kernel<K, S, VEC, 1>);

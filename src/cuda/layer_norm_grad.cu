@@ -44,7 +44,7 @@ __device__ __forceinline__ A load_stat(const void* p, int64_t i) {
 // groups' column sums (several rows a block, with scale_grad or bias_grad asked).
 template <LnKind K, class S, int N>
 __host__ __device__ constexpr std::size_t held_column_bytes(unsigned threads) {
-  return (K == LnKind::inv_grad ? 2 : 1) * static_cast<std::size_t>(N) * threads * kLnVec<S> * sizeof(typename S::V);
+  return ln_column_bytes<S>(K == LnKind::inv_grad ? 2 : 1, N, threads);
 }
 template <LnKind K, class S, int N>
 std::size_t held_grad_smem(const HeldShape& h, bool want) {
@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   const A inv_n = A(1) / static_cast<A>(a.cols);
   const bool want_partial = a.partial != nullptr;
 
-  // The thread's scale (and bias) packs, the same in every row, in its own shared-memory slots
-  // [k][thread]: read each row from there instead of global memory, halving the global loads.
+  // The thread's scale (and bias) packs, the same in every row (ln_column_bytes): halves the
+  // global loads.
   PV* own_scale = reinterpret_cast<PV*>(smem_raw);
   PV* own_bias = own_scale + N * blockDim.x;
 #pragma unroll

@@ -42,9 +42,14 @@ __device__ __forceinline__ A load_stat(const void* p, int64_t i) {
 
 // Shared memory of a held block: its threads' scale (and bias) packs, then the fold of its row
 // groups' column sums (several rows a block, with scale_grad or bias_grad asked).
+// The invertible gradient in f32 also keeps 1/scale per column, correctly rounded as xhat's f32
+// formula has it: once a thread, instead of a reciprocal per element and pass (f64 divides).
+template <LnKind K, class S>
+inline constexpr bool kOwnRcp = K == LnKind::inv_grad && std::is_same_v<typename S::A, float>;
 template <LnKind K, class S, int N>
 __host__ __device__ constexpr std::size_t held_column_bytes(unsigned threads) {
-  return ln_column_bytes<S>(K == LnKind::inv_grad ? 2 : 1, N, threads);
+  return ln_column_bytes<S>(K == LnKind::inv_grad ? 2 : 1, N, threads) +
+         (kOwnRcp<K, S> ? static_cast<std::size_t>(N) * threads * kLnVec<S> * sizeof(float) : 0);
 }
 template <LnKind K, class S, int N>
 std::size_t held_grad_smem(const HeldShape& h, bool want) {
@@ -89,16 +94,35 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
 
   // The thread's scale (and bias) packs, the same in every row (ln_column_bytes): halves the
   // global loads.
+  // kOwnRcp: 1/scale as [k][q][thread] 16-byte pieces after them.
+  constexpr int kRcpPieces = kOwnRcp<K, S> ? VEC / 4 : 1;
+  using PR = Pack<float, 4>;
   PV* own_scale = reinterpret_cast<PV*>(smem_raw);
   PV* own_bias = own_scale + N * blockDim.x;
+  PR* own_rcp = reinterpret_cast<PR*>(own_bias + N * blockDim.x);
+  auto rcp_slot = [&](int k, int q) -> PR& { return own_rcp[(k * kRcpPieces + q) * blockDim.x + threadIdx.x]; };
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int64_t p = static_cast<int64_t>(k) * lanes + t;
     if (p < packs) {
-      own_scale[k * blockDim.x + threadIdx.x] = scale[p];
+      const PV sc = scale[p];
+      own_scale[k * blockDim.x + threadIdx.x] = sc;
       if constexpr (K == LnKind::inv_grad) own_bias[k * blockDim.x + threadIdx.x] = bias[p];
+      if constexpr (kOwnRcp<K, S>)
+#pragma unroll
+        for (int q = 0; q < kRcpPieces; ++q) {
+          PR rc;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) rc.v[i] = __frcp_rn(static_cast<float>(unpack(sc, q * 4 + i)));
+          rcp_slot(k, q) = rc;
+        }
     }
   }
+  // xhat of element j of pack k (rc: that pack's 1/scale pieces, kOwnRcp).
+  auto xhat_of = [&](A src_j, A mu, A r, A sc_j, A bias_j, const PR* rc, int j) -> A {
+    if constexpr (kOwnRcp<K, S>) return (src_j - bias_j) * rc[j / 4].v[j % 4];
+    else return xhat<K, A>(src_j, mu, r, sc_j, bias_j);
+  };
 
   A ps[N][VEC], pb[kHasDbias<K> ? N : 1][VEC];
 #pragma unroll
@@ -149,12 +173,16 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
         const PV sc = own_scale[k * blockDim.x + threadIdx.x];
         PV bi{};
         if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
+        PR rc[kRcpPieces];
+        if constexpr (kOwnRcp<K, S>)
+#pragma unroll
+          for (int q = 0; q < kRcpPieces; ++q) rc[q] = rcp_slot(k, q);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const A scj = unpack(sc, j);
           const A g = mul_rn(static_cast<A>(unpack(gs[k], j)), scj);
-          const A xh = xhat<K, A>(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
-                                  K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0));
+          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
+                               K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0), rc, j);
           s.a += g;
           s.b = dfma(g, xh, s.b);
         }
@@ -170,14 +198,18 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
         const PV sc = own_scale[k * blockDim.x + threadIdx.x];
         PV bi{};
         if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
+        PR rc[kRcpPieces];
+        if constexpr (kOwnRcp<K, S>)
+#pragma unroll
+          for (int q = 0; q < kRcpPieces; ++q) rc[q] = rcp_slot(k, q);
         PT o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const A scj = unpack(sc, j);
           const A gy = static_cast<A>(unpack(gs[k], j));
           const A g = mul_rn(gy, scj);
-          const A xh = xhat<K, A>(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
-                                  K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0));
+          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
+                               K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0), rc, j);
           o.v[j] = from_compute<T>(static_cast<compute_t<T>>(grad_out<K, A>(g, xh, m1, m2, r)));
           if (want_partial) {
             ps[k][j] = dfma(gy, xh, ps[k][j]);

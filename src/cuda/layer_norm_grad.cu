@@ -40,12 +40,14 @@ __device__ __forceinline__ A load_stat(const void* p, int64_t i) {
 
 // ---- held: a row in registers ---------------------------------------------------------------------
 
-// Shared memory of a held block: its threads' scale (and bias) packs, then the fold of its row
-// groups' column sums (several rows a block, with scale_grad or bias_grad asked).
 // The invertible gradient in f32 also keeps 1/scale per column, correctly rounded as xhat's f32
 // formula has it: once a thread, instead of a reciprocal per element and pass (f64 divides).
 template <LnKind K, class S>
 inline constexpr bool kOwnRcp = K == LnKind::inv_grad && std::is_same_v<typename S::A, float>;
+
+// Shared memory of a held block: its threads' own per-column packs (scale, bias, 1/scale; see
+// ln_column_bytes), then the fold of its row groups' column sums (several rows a block, with
+// scale_grad or bias_grad asked).
 template <LnKind K, class S, int N>
 __host__ __device__ constexpr std::size_t held_column_bytes(unsigned threads) {
   return ln_column_bytes<S>(K == LnKind::inv_grad ? 2 : 1, N, threads) +
@@ -92,9 +94,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   const A inv_n = A(1) / static_cast<A>(a.cols);
   const bool want_partial = a.partial != nullptr;
 
-  // The thread's scale (and bias) packs, the same in every row (ln_column_bytes): halves the
-  // global loads.
-  // kOwnRcp: 1/scale as [k][q][thread] 16-byte pieces after them.
+  // The thread's scale (and bias) packs, the same in every row (ln_column_bytes), and with
+  // kOwnRcp its 1/scale as [k][q][thread] 16-byte pieces after them.
   constexpr int kRcpPieces = kOwnRcp<K, S> ? VEC / 4 : 1;
   using PR = Pack<float, 4>;
   PV* own_scale = reinterpret_cast<PV*>(smem_raw);

@@ -666,8 +666,6 @@ Status run_bias_row(std::string_view op, const ActivationDesc& d, const Context&
 
 // Calls g with the Kind as a compile-time constant: every Kind of the contract is instantiated, so
 // a new one needs only its formula in apply().
-// Calls g with the Kind as a compile-time constant: every Kind of the contract is instantiated, so
-// a new one needs only its formula in apply().
 template <int I = 0, class G>
 Status visit_kind(Kind k, G&& g) {
   if constexpr (I == detail::kActivationKinds) {

@@ -209,6 +209,12 @@ auto held_fwd_for(int n) {
   return n == kLnFwdMaxPacks ? held_fwd_kernel<K, S, kLnVec<S>, kLnFwdMaxPacks> : held_fwd_kernel<K, S, kLnVec<S>, kLnMaxPacks>;
 }
 
+// The per-column tensors a held forward keeps a copy of: scale, and LayerNormalization's bias.
+template <LnKind K>
+int fwd_columns(const LayerNormDesc& d) {
+  return K == LnKind::ln_fwd && d.bias ? 2 : 1;
+}
+
 // The kernel for d and its launch shape (plan_held), with the forward's packs per thread (it keeps
 // no column sums in registers, so it holds up to kLnFwdMaxPacks).
 template <LnKind K, class S>
@@ -217,7 +223,7 @@ Status plan_fwd(std::string_view op, const LayerNormDesc& d, const DeviceInfo* d
       d, kLnFwdMaxPacks, dev,
       [&](const DeviceInfo& dv, HeldShape* h) {
         return fit_clusters(op, held_fwd_for<K, S>(h->n), dv, d.rows, h,
-                            ln_column_bytes<S>(d.bias ? 2 : 1, h->n, static_cast<unsigned>(h->threads)));
+                            ln_column_bytes<S>(fwd_columns<K>(d), h->n, static_cast<unsigned>(h->threads)));
       },
       p);
 }
@@ -247,7 +253,7 @@ Status run_fwd(std::string_view op, const LayerNormDesc& d, const Context& ctx, 
   a.lanes = h.lanes;
   a.cluster = h.cluster;
   a.groups = h.groups;
-  const std::size_t smem = ln_column_bytes<S>(a.bias ? 2 : 1, h.n, static_cast<unsigned>(h.threads));
+  const std::size_t smem = ln_column_bytes<S>(fwd_columns<K>(d), h.n, static_cast<unsigned>(h.threads));
   auto go = [&](auto kernel) -> Status {
     if (Status s = allow_dynamic_smem(op, kernel, dev, smem); !s) return s;
     return launch_ln(op, "the held forward launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);

@@ -13,6 +13,13 @@ import os
 import sys
 
 
+def case_label(c):
+    """A case's shape as the tables show it: dims, a non-last softmax axis, an NHWC layout (one
+    spelling for bench/torch_cpu_compare.py's lines and these rows)."""
+    return "x".join(map(str, c.get("shape", []))) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "") \
+        + (" NHWC" if c.get("layout") == "NHWC" else "")
+
+
 def load(path):
     return json.load(open(path)) if os.path.exists(path) else None
 
@@ -62,9 +69,7 @@ def main():
     for n, d in torch.items():
         for c in (d or {}).get("cases", []):
             # One row per case: an op has several shapes (softmax axes, BatchNorm layers and layouts).
-            shape = "x".join(map(str, c.get("shape", []))) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "")
-            shape += " NHWC" if c.get("layout") == "NHWC" else ""
-            k = (c["op"], c["dtype"], shape)
+            k = (c["op"], c["dtype"], case_label(c))
             if k not in rows:
                 rows[k] = {}
                 seen.append(k)

@@ -20,6 +20,10 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_scaling_table import case_label  # noqa: E402
+
+
 def load_gradops(path):
     """The Python package (python/gradops) running the library at `path`."""
     os.environ["GRADOPS_LIBRARY"] = os.path.abspath(path)
@@ -274,8 +278,7 @@ def main():
                 tg.append(t_gradops)
                 ratios.append(t_torch / t_gradops)
             ratio = statistics.median(ratios)
-            shape = "x".join(map(str, c["shape"])) + (f" axis={c['axis']}" if c.get("axis", -1) != -1 else "") \
-                + (" NHWC" if c.get("layout") == "NHWC" else "")
+            shape = case_label(c)
             flag = "" if agree else "  RESULTS DISAGREE"
             print(f"{op:36} {name:5} {shape:>25} {statistics.median(tt)*1e3:9.3f} {statistics.median(tg)*1e3:10.3f}"
                   f" {ratio:6.2f} {min(ratios):6.2f}-{max(ratios):5.2f}{flag}", flush=True)

@@ -205,6 +205,23 @@ __host__ __device__ constexpr std::size_t ln_column_bytes(int tensors, int n, un
   return static_cast<std::size_t>(tensors) * static_cast<std::size_t>(n) * threads * kLnVec<S> * sizeof(typename S::V);
 }
 
+// The calling thread's slot k of an own-slot array ([k][thread]).
+template <class P>
+__device__ __forceinline__ P& own_slot(P* slots, int k) {
+  return slots[k * blockDim.x + threadIdx.x];
+}
+
+// Copies the thread's packs k * lanes + t (k < N, those before `packs`) of `from` into its own
+// slots. Only the thread reads them back, so no barrier is needed.
+template <int N, class P>
+__device__ __forceinline__ void keep_own(P* slots, const P* from, int lanes, int t, int64_t packs) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t p = static_cast<int64_t>(k) * lanes + t;
+    if (p < packs) own_slot(slots, k) = from[p];
+  }
+}
+
 struct HeldShape {
   bool ok = false;
   int n = 0;        // packs per thread

@@ -66,14 +66,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
   // The thread's scale (and bias) packs, the same in every row (ln_column_bytes).
   PV* own_scale = reinterpret_cast<PV*>(smem_raw);
   PV* own_bias = own_scale + N * blockDim.x;
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int64_t p = static_cast<int64_t>(k) * lanes + t;
-    if (p < packs) {
-      own_scale[k * blockDim.x + threadIdx.x] = scale[p];
-      if (has_bias) own_bias[k * blockDim.x + threadIdx.x] = bias[p];
-    }
-  }
+  keep_own<N>(own_scale, scale, lanes, t, packs);
+  if (has_bias) keep_own<N>(own_bias, bias, lanes, t, packs);
   int parity = 0;
   for (int64_t first = blockIdx.x / cluster * rows_per_block; first < a.rows; first += step) {
     const int64_t row = first + group;
@@ -131,9 +125,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
         const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
-        PV bi{};
-        if (has_bias) bi = own_bias[k * blockDim.x + threadIdx.x];
+        const PV sc = own_slot(own_scale, k);
+        const PV bi = has_bias ? own_slot(own_bias, k) : PV{};
         PV o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)

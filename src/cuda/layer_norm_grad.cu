@@ -101,28 +101,38 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   PV* own_scale = reinterpret_cast<PV*>(smem_raw);
   PV* own_bias = own_scale + N * blockDim.x;
   PR* own_rcp = reinterpret_cast<PR*>(own_bias + N * blockDim.x);
-  auto rcp_slot = [&](int k, int q) -> PR& { return own_rcp[(k * kRcpPieces + q) * blockDim.x + threadIdx.x]; };
+  keep_own<N>(own_scale, scale, lanes, t, packs);
+  if constexpr (K == LnKind::inv_grad) keep_own<N>(own_bias, bias, lanes, t, packs);
+  if constexpr (kOwnRcp<K, S>)
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int64_t p = static_cast<int64_t>(k) * lanes + t;
-    if (p < packs) {
-      const PV sc = scale[p];
-      own_scale[k * blockDim.x + threadIdx.x] = sc;
-      if constexpr (K == LnKind::inv_grad) own_bias[k * blockDim.x + threadIdx.x] = bias[p];
-      if constexpr (kOwnRcp<K, S>)
+    for (int k = 0; k < N; ++k)
+      if (static_cast<int64_t>(k) * lanes + t < packs)
 #pragma unroll
         for (int q = 0; q < kRcpPieces; ++q) {
+          const PV sc = own_slot(own_scale, k);
           PR rc;
 #pragma unroll
           for (int i = 0; i < 4; ++i) rc.v[i] = __frcp_rn(static_cast<float>(unpack(sc, q * 4 + i)));
-          rcp_slot(k, q) = rc;
+          own_slot(own_rcp, k * kRcpPieces + q) = rc;
         }
-    }
-  }
-  // xhat of element j of pack k (rc: that pack's 1/scale pieces, kOwnRcp).
-  auto xhat_of = [&](A src_j, A mu, A r, A sc_j, A bias_j, const PR* rc, int j) -> A {
-    if constexpr (kOwnRcp<K, S>) return (src_j - bias_j) * rc[j / 4].v[j % 4];
-    else return xhat<K, A>(src_j, mu, r, sc_j, bias_j);
+  // Pack k's scale, bias (inv_grad) and 1/scale pieces (kOwnRcp), from the thread's own slots.
+  struct Own {
+    PV sc, bi;
+    PR rc[kRcpPieces];
+  };
+  auto own_packs = [&](int k) {
+    Own o{own_slot(own_scale, k), PV{}, {}};
+    if constexpr (K == LnKind::inv_grad) o.bi = own_slot(own_bias, k);
+    if constexpr (kOwnRcp<K, S>)
+#pragma unroll
+      for (int q = 0; q < kRcpPieces; ++q) o.rc[q] = own_slot(own_rcp, k * kRcpPieces + q);
+    return o;
+  };
+  // xhat of element j of a pack whose own packs are `own`.
+  auto xhat_of = [&](A src_j, A mu, A r, const Own& own, int j) -> A {
+    const A bias_j = K == LnKind::inv_grad ? static_cast<A>(unpack(own.bi, j)) : A(0);
+    if constexpr (kOwnRcp<K, S>) return (src_j - bias_j) * own.rc[j / 4].v[j % 4];
+    else return xhat<K, A>(src_j, mu, r, static_cast<A>(unpack(own.sc, j)), bias_j);
   };
 
   A ps[N][VEC], pb[kHasDbias<K> ? N : 1][VEC];
@@ -171,19 +181,12 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
-        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
-        PV bi{};
-        if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
-        PR rc[kRcpPieces];
-        if constexpr (kOwnRcp<K, S>)
-#pragma unroll
-          for (int q = 0; q < kRcpPieces; ++q) rc[q] = rcp_slot(k, q);
+        const Own own = own_packs(k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          const A scj = unpack(sc, j);
+          const A scj = unpack(own.sc, j);
           const A g = mul_rn(static_cast<A>(unpack(gs[k], j)), scj);
-          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
-                               K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0), rc, j);
+          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, own, j);
           s.a += g;
           s.b = dfma(g, xh, s.b);
         }
@@ -196,21 +199,14 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
     for (int k = 0; k < N; ++k)
       if (valid[k]) {
         const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        const PV sc = own_scale[k * blockDim.x + threadIdx.x];
-        PV bi{};
-        if constexpr (K == LnKind::inv_grad) bi = own_bias[k * blockDim.x + threadIdx.x];
-        PR rc[kRcpPieces];
-        if constexpr (kOwnRcp<K, S>)
-#pragma unroll
-          for (int q = 0; q < kRcpPieces; ++q) rc[q] = rcp_slot(k, q);
+        const Own own = own_packs(k);
         PT o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          const A scj = unpack(sc, j);
+          const A scj = unpack(own.sc, j);
           const A gy = static_cast<A>(unpack(gs[k], j));
           const A g = mul_rn(gy, scj);
-          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, scj,
-                               K == LnKind::inv_grad ? static_cast<A>(unpack(bi, j)) : A(0), rc, j);
+          const A xh = xhat_of(static_cast<A>(unpack(xs[k], j)), mu, r, own, j);
           o.v[j] = from_compute<T>(static_cast<compute_t<T>>(grad_out<K, A>(g, xh, m1, m2, r)));
           if (want_partial) {
             ps[k][j] = dfma(gy, xh, ps[k][j]);

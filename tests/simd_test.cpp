@@ -59,16 +59,17 @@ TEST_P(SimdTarget, EveryOpMatchesTheOracleWithStreamingStores) {
 }
 
 // The softmax family on a non-last axis, whose layouts depend on the target's lane count (inner
-// sizes folded into whole vectors below four vectors, blocks of columns above): narrow, odd and
-// lane-width inner sizes with partial tails, through normal and non-temporal stores.
+// sizes folded into whole vectors below four vectors or where their least common multiple with
+// the lanes is at most 64 vectors, blocks of columns otherwise): narrow, odd, lane-width and wide
+// inner sizes with partial tails, through normal and non-temporal stores.
 TEST_P(SimdTarget, SoftmaxNonLastAxisMatchesTheOracle) {
   uint64_t seed = 300;
   for (bool stream : {false, true}) {
     cpu::set_stream_min_bytes(stream ? 0 : -1);
     for (OpId id : {OpId::SoftmaxGrad_13, OpId::LogSoftmaxGrad_13, OpId::Softmax_13, OpId::LogSoftmax_13})
       for (const TypeSignature& sig : op_schema(id).signatures)
-        for (const std::vector<int64_t>& shape :
-             std::vector<std::vector<int64_t>>{{3, 7, 2}, {2, 33, 3}, {1, 2, 17}, {2, 9, 16}, {2, 5, 100}, {3, 40, 67}}) {
+        for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+                 {3, 7, 2}, {2, 33, 3}, {1, 2, 17}, {2, 9, 16}, {2, 6, 64}, {2, 5, 96}, {2, 5, 100}, {3, 40, 67}, {2, 3, 1000}}) {
           Problem p;
           p.op = id;
           p.sig = sig;

@@ -126,15 +126,16 @@ std::vector<OpId> single_axis_ops() {
   return {OpId::SoftmaxGrad_13, OpId::LogSoftmaxGrad_13, OpId::Softmax_13, OpId::LogSoftmax_13};
 }
 
-// A non-last axis whose inner size is below the vector width, odd, or just past it (folded into
-// whole vectors, or blocks of columns), over axis lengths that leave every kind of tail: one axis
-// step, two, a prime, one past a power of two; one slab and several.
+// A non-last axis whose inner size is below the vector width, odd, or just past it, a few vectors
+// wide (a column a lane) or with a least common multiple with the lanes past what folds (folded
+// into whole vectors, or blocks of columns), over axis lengths that leave every kind of tail: one
+// axis step, two, a prime, one past a power of two; one slab and several.
 TEST(Softmax, NonLastAxisNarrowAndOddInnerSizes) {
   uint64_t seed = 500;
   int cases = 0;
   for (OpId id : single_axis_ops())
     for (DType t : kAllDTypes)
-      for (int64_t inner : {2, 3, 5, 7, 15, 16, 17, 100})
+      for (int64_t inner : {2, 3, 5, 7, 15, 16, 17, 64, 96, 100, 1000})
         for (int64_t n : {1, 2, 7, 33})
           for (int64_t outer : {1, 3}) {
             Problem p = make_problem(id, t, {outer, n, inner}, 1, seed++);
@@ -143,7 +144,7 @@ TEST(Softmax, NonLastAxisNarrowAndOddInnerSizes) {
             ASSERT_TRUE(r.pass) << describe(p) << ": " << r.detail;
             ++cases;
           }
-  EXPECT_EQ(cases, 4 * 4 * 8 * 4 * 2);
+  EXPECT_EQ(cases, 4 * 4 * 11 * 4 * 2);
 }
 
 // Folded, a partial last vector's padded lanes alias real columns. With every input near -300 a

@@ -7,12 +7,13 @@
 //     then the write pass while the row is still in L1/L2. Each row comes from memory once.
 //   inner > 1, a non-last axis, read in place (nothing is transposed). One outer index's
 //     [axis_len, inner] slab is contiguous:
-//     - inner < 4 lanes, folded: the slab is read as one run of whole vectors, lane c of the
-//       vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, lanes);
+//     - inner < 4 lanes, or lcm(inner, lanes) at most 64 vectors and the slab within the cache
+//       budget, folded: the slab is read as one run of whole vectors, lane c of the vector at
+//       offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, lanes);
 //       acc[c] then folds into column c mod inner, and the column values are spread back into a
 //       W-periodic pattern for the write pass. Lanes past the slab's end alias real columns, so
 //       they are masked out of the forwards' max and sum.
-//     - wider: blocks of inner positions, one accumulator lane per position, updated by a
+//     - otherwise: blocks of inner positions, one accumulator lane per position, updated by a
 //       contiguous vector loop over the block while walking down the axis. Blocks are as wide as
 //       lets the block's inputs stay in L2 for the write pass (a whole slab where it fits: one
 //       contiguous run), but at least 1 KiB; runs shorter than 2 KiB, a row apart, are prefetched
@@ -63,6 +64,7 @@ using ::gradops::detail::SoftmaxDesc;
 using ::gradops::detail::SoftmaxKind;
 
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write
+constexpr int64_t kMaxFoldVectors = 64;  // the most vectors lcm(inner, lanes) may span to fold
 
 template <class D> using V = hn::Vec<D>;
 
@@ -199,13 +201,17 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // Narrow inner sizes fold: the slab is one contiguous run read a whole vector at a time, lane c
   // of the vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, L);
   // acc[c] then folds into column c mod inner (finish below). W depends on the shape and L only.
-  const bool folded = inner < 4 * L;
+  // Wider ones fold too where the slab fits the cache budget and lcm(inner, L) is at most 64
+  // vectors: one run of whole vectors then replaces a run a row, whose head and tail (where the
+  // row is not vector-aligned in memory) cost a partial line each.
+  const int64_t lcm_l = std::lcm(inner, L);
+  const bool folded = inner < 4 * L || (lcm_l <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
-    const int64_t lcm = std::lcm(inner, L);
+    const int64_t lcm = lcm_l;
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
     // per pass, against slab / L for the pass itself.
-    W = lcm * std::max<int64_t>(1, std::min(chunk_count(64 * L, lcm), chunk_count(slab, 8 * lcm)));
+    W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
   } else {
     // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
     // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row
@@ -310,17 +316,22 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // acc, one vector past W. Blocked, acc[c] is its column's already.
   auto finish = [&](const Tile& t, A* acc, auto&& vop, auto&& op, auto&& fn) {
     if (folded) {
-      const int64_t lcm = std::lcm(inner, L);
+      const int64_t lcm = lcm_l;
       for (int64_t c = lcm, k = 0; c < W; c += L, k = k + L == lcm ? 0 : k + L)
         hn::Store(vop(hn::Load(d, acc + k), hn::Load(d, acc + c)), d, acc + k);
-      HWY_ALIGN A col[4 * hn::MaxLanes(d)] = {};
-      for (int64_t k = 0; k < inner; ++k) {
-        A r = acc[k];
-        for (int64_t c = k + inner; c < lcm; c += inner) r = op(r, acc[c]);
-        col[k] = r;
+      if (lcm == inner) {  // one column a lane already
+        for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, acc + k)), d, acc + k);
+      } else {
+        HWY_ALIGN A col[(kMaxFoldVectors + 1) * hn::MaxLanes(d)];
+        for (int64_t k = 0; k < inner; ++k) {
+          A r = acc[k];
+          for (int64_t c = k + inner; c < lcm; c += inner) r = op(r, acc[c]);
+          col[k] = r;
+        }
+        for (int64_t k = inner; k % L; ++k) col[k] = A(0);
+        for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
+        for (int64_t c = 0, k = 0; c < lcm; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
       }
-      for (int64_t k = 0; k < inner; k += L) hn::Store(fn(hn::Load(d, col + k)), d, col + k);
-      for (int64_t c = 0, k = 0; c < lcm; ++c, k = k + 1 == inner ? 0 : k + 1) acc[c] = col[k];
       for (int64_t c = lcm; c < W + L; c += L) hn::Store(hn::Load(d, acc + c - lcm), d, acc + c);
     } else {
       for (int64_t j = 0; j < t.w; j += L) hn::Store(fn(hn::Load(d, acc + j)), d, acc + j);

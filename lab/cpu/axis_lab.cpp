@@ -1,4 +1,4 @@
-// The softmax family on a middle axis (axis 1 of a 3-D f32 tensor), through the C ABI: each
+// The softmax family on a middle axis (axis 1 of a 3-D f32 or bf16 tensor), through the C ABI: each
 // shape's output is checked against a float64 formula computed here, then the op and a 2-thread
 // copy of the same bytes are timed in alternation. Prints the share of the copy (the bytes model:
 // inputs read once and the output written once, against the copy's read + write).
@@ -6,7 +6,7 @@
 //
 //   cmake --preset bench && cmake --build build/bench --target gradops
 //   g++ -O2 -mavx512f -fopenmp -Iinclude lab/cpu/axis_lab.cpp build/bench/libgradops.a -lhwy -lsleef -o /tmp/axis_lab
-//   /tmp/axis_lab [REPEATS] [op=SoftmaxGrad_13|LogSoftmaxGrad_13|Softmax_13|LogSoftmax_13] [OUTERxAXISxINNER ...]
+//   /tmp/axis_lab [REPEATS] [op=SoftmaxGrad_13|LogSoftmaxGrad_13|Softmax_13|LogSoftmax_13] [bf16] [OUTERxAXISxINNER ...]
 #include <gradops/gradops.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -77,6 +77,18 @@ struct Buffer {
   T& operator[](int64_t i) { return p[i]; }
 };
 
+uint16_t to_bf16(float f) {  // round to nearest even (no NaN here)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -87,10 +99,12 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 7;
   std::string op = "SoftmaxGrad_13";
+  bool bf16 = false;
   std::vector<std::string> shapes;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("op=", 0) == 0) op = a.substr(3);
+    else if (a == "bf16") bf16 = true;
     else shapes.push_back(a);
   }
   if (shapes.empty()) shapes = {"1024x16x4096", "1024x1000x96", "16384x1000x3", "1024x32768x2", "256x32768x8"};
@@ -105,15 +119,21 @@ int main(int argc, char** argv) {
     Buffer<float> y(count), dy(count), dx(count);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (int64_t i = 0; i < count; ++i) y[i] = forward ? 4 * u(rng) : log ? -std::abs(u(rng)) * 4 : std::abs(u(rng)) / n, dy[i] = u(rng);
-    gradops_tensor tdy{dy.data(), {GRADOPS_DEVICE_CPU, 0}, 3, GRADOPS_DTYPE_F32, shape, nullptr};
-    gradops_tensor ty{y.data(), {GRADOPS_DEVICE_CPU, 0}, 3, GRADOPS_DTYPE_F32, shape, nullptr};
-    gradops_tensor tdx{dx.data(), {GRADOPS_DEVICE_CPU, 0}, 3, GRADOPS_DTYPE_F32, shape, nullptr};
+    // bf16: the tensors hold the inputs rounded to bf16 (the check's float copies get the rounded
+    // values), and the output is widened for the check.
+    Buffer<uint16_t> y16(bf16 ? count : 0), dy16(bf16 ? count : 0), dx16(bf16 ? count : 0);
+    for (int64_t i = 0; bf16 && i < count; ++i) y16[i] = to_bf16(y[i]), dy16[i] = to_bf16(dy[i]), y[i] = from_bf16(y16[i]), dy[i] = from_bf16(dy16[i]);
+    const int32_t dt = bf16 ? GRADOPS_DTYPE_BF16 : GRADOPS_DTYPE_F32;
+    gradops_tensor tdy{bf16 ? static_cast<void*>(dy16.data()) : dy.data(), {GRADOPS_DEVICE_CPU, 0}, 3, dt, shape, nullptr};
+    gradops_tensor ty{bf16 ? static_cast<void*>(y16.data()) : y.data(), {GRADOPS_DEVICE_CPU, 0}, 3, dt, shape, nullptr};
+    gradops_tensor tdx{bf16 ? static_cast<void*>(dx16.data()) : dx.data(), {GRADOPS_DEVICE_CPU, 0}, 3, dt, shape, nullptr};
     const gradops_tensor* in[2] = {forward ? &ty : &tdy, &ty};
     const gradops_tensor* out[1] = {&tdx};
     const gradops_attribute axis{"axis", 1};
     const gradops_context ctx{2, nullptr, nullptr};
     auto run = [&] { return gradops_run(op.c_str(), in, forward ? 1 : 2, out, 1, &axis, 1, &ctx); };
     if (run() != GRADOPS_OK) return std::fprintf(stderr, "%s: %s\n", op.c_str(), gradops_last_error()), 1;
+    for (int64_t i = 0; bf16 && i < count; ++i) dx[i] = from_bf16(dx16[i]);
     // float64: dx = y (dy - sum(y dy)); log: dx = dy - exp(y) sum(dy). Forwards (x in y):
     // exp(x - max) / sum and x - max - log(sum).
     double worst = 0;
@@ -140,8 +160,8 @@ int main(int argc, char** argv) {
           worst = std::max(worst, std::abs(dx[k] - want) / (bound + 1e-30));
         }
       }
-    if (!(worst < 1e-5) && !std::getenv("NOCHECK")) return std::fprintf(stderr, "%s %s: off by %g of its bound\n", op.c_str(), s.c_str(), worst), 1;
-    const size_t bytes = count * sizeof(float);
+    if (!(worst < (bf16 ? 1e-2 : 1e-5)) && !std::getenv("NOCHECK")) return std::fprintf(stderr, "%s %s: off by %g of its bound\n", op.c_str(), s.c_str(), worst), 1;
+    const size_t bytes = count * (bf16 ? 2 : 4);
     const size_t copy_bytes = bytes * tensors / 2;  // the op's tensors, half read and half written
     Buffer<char> src(copy_bytes, false), dst(copy_bytes, false);
     memcpy2(dst.data(), src.data(), copy_bytes);
@@ -158,8 +178,8 @@ int main(int argc, char** argv) {
       tcopy.push_back(std::min(t1 - t0, now() - t1));
     }
     const double gbs = double(tensors) * bytes / median(top) / 1e9, copy = 2.0 * copy_bytes / median(tcopy) / 1e9;
-    std::printf("%-18s f32 %-14s checked (%.1e of bound)  %8.0f us  %5.1f GB/s  copy %5.1f GB/s  share %.3f\n", op.c_str(),
-                s.c_str(), worst, median(top) * 1e6, gbs, copy, gbs / copy);
+    std::printf("%-18s %-4s %-14s checked (%.1e of bound)  %8.0f us  %5.1f GB/s  copy %5.1f GB/s  share %.3f\n", op.c_str(),
+                bf16 ? "bf16" : "f32", s.c_str(), worst, median(top) * 1e6, gbs, copy, gbs / copy);
   }
   return 0;
 }

@@ -84,6 +84,33 @@ TEST_P(SimdTarget, SoftmaxNonLastAxisMatchesTheOracle) {
   cpu::set_stream_min_bytes(-1);
 }
 
+// Streamed softmax rows are written as one run: a row's last partial stream unit goes out with the
+// next row's first. Rows whose starts fall anywhere in a line, on both base alignments, split over
+// 1 and 3 threads (ranges of at least 32K elements, so 2 or 3 of them; the joins stop at each
+// range's end): the oracle's values, and the same bits either way.
+TEST_P(SimdTarget, SoftmaxRowsStreamedAsOneRunAnyThreadCount) {
+  cpu::set_stream_min_bytes(0);
+  uint64_t seed = 700;
+  for (OpId id : {OpId::SoftmaxGrad_13, OpId::LogSoftmaxGrad_13, OpId::Softmax_13, OpId::LogSoftmax_13})
+    for (const TypeSignature& sig : op_schema(id).signatures)
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{800, 131}, {1100, 64}, {100, 1000}})
+        for (bool misaligned : {false, true}) {
+          Problem p;
+          p.op = id;
+          p.sig = sig;
+          p.shape = shape;
+          p.misaligned = misaligned;
+          p.seed = seed++;
+          p.threads = 1;
+          const Report one = run_case(p);
+          p.threads = 3;
+          const Report three = run_case(p);
+          EXPECT_TRUE(one.pass && three.pass) << GetParam() << ": " << one.detail << three.detail;
+          EXPECT_EQ(one.outputs, three.outputs) << GetParam() << ": " << describe(p);
+        }
+  cpu::set_stream_min_bytes(-1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, SimdTarget, ::testing::ValuesIn(targets()),
                          [](const auto& info) { return info.param; });
 

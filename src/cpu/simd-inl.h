@@ -329,16 +329,18 @@ HWY_INLINE void ForEachVector(D d, int64_t begin, int64_t end, Body&& body) {
 
 // The head of a run written with non-temporal stores: out[0, head) = value(j, valid) through
 // normal stores, a partial vector at a time, where out + head is the first boundary of a stream
-// store (kStreamVectors vectors of T). Sets w = head and returns true; returns false, writing
-// nothing, where out is not element-aligned (then nothing of the run streams).
+// store (kStreamVectors vectors of T); nothing where the caller wrote the head (`written`). Sets
+// w = head and returns true; returns false, writing nothing, where out is not element-aligned
+// (then nothing of the run streams).
 template <class D, class T, class Value>
-HWY_INLINE bool WriteStreamHead(D d, T* HWY_RESTRICT out, int64_t n_out, const Value& value, int64_t& w) {
+HWY_INLINE bool WriteStreamHead(D d, T* HWY_RESTRICT out, int64_t n_out, const Value& value, int64_t& w,
+                                bool written = false) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto addr = reinterpret_cast<uintptr_t>(out);
   const uintptr_t bytes = static_cast<uintptr_t>(L * kStreamVectors<D, T>) * sizeof(T);
   if (n_out <= 0 || addr % sizeof(T) != 0) return false;
   const int64_t head = std::min(n_out, static_cast<int64_t>((bytes - addr % bytes) % bytes / sizeof(T)));
-  for (w = 0; w < head; w += std::min(L, head - w)) {
+  for (w = written ? head : 0; w < head; w += std::min(L, head - w)) {
     const int64_t valid = std::min(L, head - w);
     StoreNarrowN(d, value(w, valid), out + w, valid);
   }
@@ -382,12 +384,12 @@ HWY_INLINE void WriteWhole(D d, T* HWY_RESTRICT out, int64_t n_out, const Value&
 // The write: out[j, j + valid) = value(j, valid), a vector (valid < L only for partial blocks,
 // whose inputs value() must load with LoadWideN). With kStream the whole vectors go out through
 // non-temporal stores, after a head of partial blocks that brings out + j to a stream store's
-// boundary (when
-// out is element-aligned at all). An element's value is the same whichever block it falls in,
-// since value() works lane by lane.
+// boundary (when out is element-aligned at all; `head_written`: the caller wrote that head). An
+// element's value is the same whichever block it falls in, since value() works lane by lane.
 template <bool kStream, class D, class Step, class Combine, class T, class Value>
 HWY_NOINLINE HWY_FLATTEN hn::Vec<D> FoldBlocksWriting(D d, int64_t n, hn::Vec<D> init, Step step_in, Combine combine,
-                                                      T* HWY_RESTRICT out, int64_t n_out, Value value_in) {
+                                                      T* HWY_RESTRICT out, int64_t n_out, Value value_in,
+                                                      bool head_written = false) {
   // Local copies: the stores below may alias anything, and would otherwise make every captured
   // pointer a reload. (Out of line and flattened: one call per run, everything inside inlined.)
   const Step step = step_in;
@@ -395,7 +397,7 @@ HWY_NOINLINE HWY_FLATTEN hn::Vec<D> FoldBlocksWriting(D d, int64_t n, hn::Vec<D>
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t w = 0;  // the next element to write
   bool stream = false;
-  if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w);
+  if constexpr (kStream) stream = WriteStreamHead(d, out, n_out, value, w, head_written);
   auto write_whole = [&](int64_t count) HWY_ATTR { WriteWhole<kStream>(d, out, n_out, value, stream, w, count); };
   auto a0 = init, a1 = init, a2 = init, a3 = init;
   int64_t j = 0;

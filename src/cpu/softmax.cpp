@@ -144,6 +144,16 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
   const VA init = kGrad ? hn::Zero(d) : ninf;
   const auto combine = [=](VA a, VA b) { return kGrad ? add(a, b) : vmax(a, b); };
 
+  // Streamed, a range's rows are written as one run: where a row does not end on a stream
+  // boundary, its last partial unit goes out with the next row's first, in one store, once that
+  // row's sums are known (right after this row's write pass, whose loop reduced it). Written row
+  // by row, two rows sharing a line both wrote it with normal stores, which first read it from
+  // memory: a 128-column f32 row on a base 16 bytes past a line ran at 0.6 of copy against 0.85
+  // aligned (lab/cpu/NOTES.md section 16).
+  const int64_t unit = L * kStreamVectors<decltype(d), T>;  // elements a stream store writes
+  const uintptr_t unit_bytes = static_cast<uintptr_t>(unit) * sizeof(T);
+  const bool join = kStream && n >= 2 * unit && reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0;
+
   auto range = [&](int64_t r0, int64_t r1, A* scratch) {
     // Row r's state for its write pass: the gradients' sum in s; the forwards' max in s and
     // 1/sum (Softmax) or log(sum) (LogSoftmax) in t.
@@ -166,11 +176,12 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
           t = hn::Div(hn::Set(d, A(1)), hn::Set(d, total));
       }
     };
-    finish(r0, FoldBlocks(d, n, init, first_step(r0), combine));
-    for (int64_t r = r0; r < r1; ++r) {
+    // Row r's write-pass value with the sums now in s and t (captured); `parked`: Softmax reads
+    // the exp values parked in scratch (row r's until finish(r + 1)).
+    auto row_value = [&](int64_t r, bool parked) {
       const T* v = y + r * n;
       const T* g = kGrad ? dy + r * n : nullptr;
-      auto value = [=](int64_t j, int64_t valid) -> VA {
+      return [=](int64_t j, int64_t valid) -> VA {
         if constexpr (kKind == SoftmaxKind::softmax_grad) {
           return hn::Mul(LoadWideN(d, v + j, valid), hn::Sub(LoadWideN(d, g + j, valid), s));
         } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
@@ -178,12 +189,31 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
         } else if constexpr (kKind == SoftmaxKind::log_softmax) {
           return hn::Sub(hn::Sub(LoadWideN(d, v + j, valid), s), t);
         } else {
-          return hn::Mul(park ? hn::LoadU(d, scratch + j) : VExp(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
+          return hn::Mul(park && parked ? hn::LoadU(d, scratch + j) : VExp(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
         }
       };
+    };
+    finish(r0, FoldBlocks(d, n, init, first_step(r0), combine));
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto value = row_value(r, true);
+      const auto value_after = row_value(r, false);  // row r's values once scratch holds row r + 1's
       const bool next = r + 1 < r1;
-      const VA acc = FoldBlocksWriting<kStream>(d, next ? n : 0, init, first_step(r + 1), combine, out + r * n, n, value);
-      if (next) finish(r + 1, acc);
+      // Joined: row r's write stops at the last stream boundary before row r + 1 (rows are at
+      // least two units long, so past its head).
+      int64_t end = n;
+      if (join && next) end = n - static_cast<int64_t>(reinterpret_cast<uintptr_t>(out + (r + 1) * n) % unit_bytes / sizeof(T));
+      const VA acc = FoldBlocksWriting<kStream>(d, next ? n : 0, init, first_step(r + 1), combine, out + r * n, end, value,
+                                                join && r > r0);
+      if (!next) continue;
+      finish(r + 1, acc);
+      if (end < n) {  // the unit row r ends and row r + 1 starts, each lane from its own row
+        const auto next_value = row_value(r + 1, false);
+        auto part = [&](int64_t o) {
+          const int64_t mine = std::clamp<int64_t>(n - end - o, 0, L);
+          return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(mine)), value_after(end + o, L), next_value(end + o - n, L));
+        };
+        StreamNarrow(d, part(0), kStreamVectors<decltype(d), T> == 2 ? part(L) : hn::Zero(d), out + r * n + end);
+      }
     }
   };
   // Parked values sit at their column; the write pass may read a vector starting anywhere in the

@@ -244,11 +244,10 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // Wider ones fold too where the slab fits the cache budget and lcm(inner, L) is at most 64
   // vectors: one run of whole vectors then replaces a run a row, whose head and tail (where the
   // row is not vector-aligned in memory) cost a partial line each.
-  const int64_t lcm_l = std::lcm(inner, L);
-  const bool folded = inner < 4 * L || (lcm_l <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
+  const int64_t lcm = std::lcm(inner, L);
+  const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
-    const int64_t lcm = lcm_l;
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
     // per pass, against slab / L for the pass itself.
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
@@ -367,7 +366,6 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // acc, one vector past W. Blocked, acc[c] is its column's already.
   auto finish = [&](const Tile& t, A* acc, auto&& vop, auto&& op, auto&& fn) {
     if (folded) {
-      const int64_t lcm = lcm_l;
       for (int64_t c = lcm, k = 0; c < W; c += L, k = k + L == lcm ? 0 : k + L)
         hn::Store(vop(hn::Load(d, acc + k), hn::Load(d, acc + c)), d, acc + k);
       if (lcm == inner) {  // one column a lane already
@@ -404,8 +402,8 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
         const T* HWY_RESTRICT yr = y + at(t, r);
         A* HWY_RESTRICT e = parked + parked_at(r);
         const int64_t w = len(t, r);
-        for (int64_t j = 0, c = 0; j < w; j += L, c = folded && c + L == W ? 0 : c + L) {
-          const int64_t valid = std::min(L, w - j);
+        for (int64_t j = 0; j < w; j += L) {
+          const int64_t valid = std::min(L, w - j), c = acc_of(j);
           auto x = VExp(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::Load(d, m + c)));
           if (park) hn::Store(x, d, e + j);
           if (valid < L) x = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), x);

@@ -11,6 +11,30 @@ void* host_allocate(void*, Device, std::size_t bytes) {
 }
 void host_deallocate(void*, Device, void* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
 
+// Small host scratch comes from a per-thread block instead: on tiny tensors an aligned malloc and
+// free of a few KiB (which also consolidates the heap) was a tenth of a whole call.
+constexpr std::size_t kSmallBytes = 16 * 1024;
+
+struct SmallBlock {
+  alignas(64) unsigned char bytes[kSmallBytes];
+  bool busy = false;  // held by a live Workspace of this thread (a kernel may hold two)
+};
+
+thread_local SmallBlock t_small;
+
+void* small_allocate(void*, Device, std::size_t bytes) {
+  if (t_small.busy || bytes > kSmallBytes) return host_allocate(nullptr, Device::cpu(), bytes);
+  t_small.busy = true;
+  return t_small.bytes;
+}
+void small_deallocate(void*, Device, void* p, std::size_t bytes) {
+  if (p == t_small.bytes) {
+    t_small.busy = false;
+    return;
+  }
+  host_deallocate(nullptr, Device::cpu(), p, bytes);
+}
+
 }  // namespace
 
 // Defined by the CUDA backend when it is built (stream-ordered allocations on `cuda_stream`);
@@ -21,7 +45,7 @@ Status Workspace::allocate(const Context& ctx, Device device, std::size_t bytes,
   if (ctx.allocator && ctx.allocator->allocate) {
     alloc_ = *ctx.allocator;
   } else if (device.type == DeviceType::cpu) {
-    alloc_ = {host_allocate, host_deallocate, nullptr};
+    alloc_ = {small_allocate, small_deallocate, nullptr};
   } else if (!default_device_allocator(device, ctx.cuda_stream, &alloc_)) {
     return Status(StatusCode::unimplemented, std::string(op) + ": no allocator for this device");
   }

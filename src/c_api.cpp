@@ -218,8 +218,9 @@ gradops_status gradops_run(const char* op_name, const gradops_tensor* const* inp
     if (Status s = convert(op_name, inputs, num_inputs, outputs, num_outputs, attributes, num_attributes, &c); !s)
       return s;
     const CContext cc(ctx);
-    return gradops::run(c.op->name, {c.in.data(), c.num_in}, {c.out.data(), c.num_out},
-                        {c.attrs.data(), c.num_attrs}, cc.ctx);
+    // gradops::run without its second lookup of the op by name (and second guard).
+    return gradops::detail::run_op(*c.op, {c.in.data(), c.num_in}, {c.out.data(), c.num_out},
+                                   {c.attrs.data(), c.num_attrs}, cc.ctx);
   });
 }
 

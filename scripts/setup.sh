@@ -21,6 +21,7 @@ if ((!bench_only)); then
     clang-14 libclang-rt-14-dev                  # sanitizer build and libFuzzer (scripts/sanitize.sh)
     python3 python3-numpy python3-onnx python3-matplotlib  # test models, plots
     python3-torch python3-pytest python3-venv python3-setuptools  # the Python package's tests
+    libtorch-dev pybind11-dev                    # the Python package's compiled call path
     nodejs npm                                   # fetches the pinned ONNX Runtime package
   )
 fi

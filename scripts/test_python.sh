@@ -15,7 +15,9 @@ lib="$(realpath -m "$build")/libgradops.so"
 
 # Debian's packages for the environment (installs only what is missing).
 missing=()
-for p in python3-venv python3-pip python3-numpy python3-pytest python3-torch python3-setuptools; do
+# libtorch-dev and pybind11-dev: the headers gradops._torch_call (the compiled call path) builds with.
+for p in python3-venv python3-pip python3-numpy python3-pytest python3-torch python3-setuptools libtorch-dev \
+  pybind11-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -31,9 +33,10 @@ work="$build/python"
 mkdir -p "$work"
 "$build/tests/oracle_export" "$work/oracle_cases.json"
 [ -x "$work/venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$work/venv"
-GRADOPS_LIBRARY="$lib" "$work/venv/bin/python" -m pip install --quiet --no-index --no-build-isolation \
-  --force-reinstall --no-deps ./python
+# GRADOPS_TORCH_CALL_BUILD=1: a compiled call path that fails to build fails here, not silently.
+GRADOPS_LIBRARY="$lib" GRADOPS_TORCH_CALL_BUILD=1 "$work/venv/bin/python" -m pip install --quiet --no-index \
+  --no-build-isolation --force-reinstall --no-deps ./python
 # From outside the source tree, so that the installed package (with its carried library) is tested.
-export GRADOPS_ORACLE_JSON="$PWD/$work/oracle_cases.json" GRADOPS_TEST_INSTALLED=1
+export GRADOPS_ORACLE_JSON="$PWD/$work/oracle_cases.json" GRADOPS_TEST_INSTALLED=1 GRADOPS_EXPECT_TORCH_CALL=1
 unset GRADOPS_LIBRARY
 (cd "$work" && ./venv/bin/python -m pytest -q -rsx "$OLDPWD/python/tests" "$@")

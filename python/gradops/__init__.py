@@ -20,7 +20,8 @@ first input unless given with ``out=``. Errors: ``ValueError`` (the call breaks 
 from . import _native
 from . import _call
 
-__all__ = ["ops", "run", "prepare", "implementation_name", "library_path", "load", "Library", "OpInfo"]
+__all__ = ["ops", "run", "prepare", "implementation_name", "library_path", "load", "Library", "OpInfo",
+           "torch_call"]
 
 OpInfo = _native.OpInfo
 
@@ -121,6 +122,7 @@ ops = library.ops
 run = library.run
 prepare = library.prepare
 implementation_name = library.implementation_name
+torch_call = _call.torch_call
 
 
 def _doc(op):
@@ -166,10 +168,10 @@ def _make(op):
     attrs = "".join(f"{a.name}, " for a in op.attributes)
     finish = "r[0]" if len(op.outputs) == 1 else "tuple(r)"
     src = (f"def {op.name}({', '.join(params)}):\n"
-           f"    r = _run(_op, ({ins}), ({attrs}), _op._all if outputs is None else _want(_op, outputs),\n"
+           f"    r = _call.run(_op, ({ins}), ({attrs}), _op._all if outputs is None else _want(_op, outputs),\n"
            f"             None if out is None else _outs(_op, out), num_threads)\n"
            f"    return {finish}\n")
-    env = {"_run": _call.run, "_op": op, "_want": _want, "_outs": _outs}
+    env = {"_call": _call, "_op": op, "_want": _want, "_outs": _outs}  # _call.run: see _call.torch_call
     exec(compile(src, f"<gradops.{op.name}>", "exec"), env)  # noqa: S102 - source built from the table
     fn = env[op.name]
     fn.__doc__ = _doc(op)

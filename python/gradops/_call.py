@@ -59,6 +59,7 @@ def _torch_module():
         for code, dt in enumerate((torch.float32, torch.float64, torch.float16, torch.bfloat16)):
             _TORCH_CODES[dt] = code
             _TORCH_DTYPES[code] = dt
+        _load_torch_call()
     return _torch
 
 
@@ -326,7 +327,7 @@ def _prepare(op, inputs, attr_values, want, out, num_threads):
     return plan, results, kind, keep, given
 
 
-def run(op, inputs, attr_values, want, out=None, num_threads=0):
+def _run_python(op, inputs, attr_values, want, out=None, num_threads=0):
     """Runs `op` (an OpInfo) on `inputs` (schema order, None for absent optionals).
 
     attr_values: one value per schema attribute (None: the library's default), a tuple. want: one
@@ -389,6 +390,42 @@ def run(op, inputs, attr_values, want, out=None, num_threads=0):
     elif out is None and key is not None and kind in ("torch", "numpy"):
         _remember(fast, key, op, inputs, plan, kind)
     return results
+
+
+#: What runs a call: _run_python, or the compiled path for PyTorch tensors once it is loaded
+#: (gradops._torch_call.run, which hands every other call to _run_python).
+run = _run_python
+
+
+# ---- the compiled path for PyTorch tensors ----------------------------------------------------------
+
+_torch_call_state = [False, "PyTorch has not been imported yet"]
+
+
+def _load_torch_call():
+    """Loads gradops._torch_call (built with the package where PyTorch's headers were present)
+    once PyTorch is imported; without it every call stays on the Python path, with the same results."""
+    global run
+    import os
+    if os.environ.get("GRADOPS_TORCH_CALL", "1") == "0":
+        _torch_call_state[:] = [False, "disabled by GRADOPS_TORCH_CALL=0"]
+        return
+    try:
+        from . import _torch_call
+        _torch_call.init(_run_python, _stream_of, ctypes.addressof(torch_cuda_allocator))
+    except ImportError as e:  # not built, or built for another PyTorch
+        _torch_call_state[:] = [False, f"not loaded: {e}"]
+        return
+    _torch_call_state[:] = [True, f"loaded from {_torch_call.__file__}"]
+    run = _torch_call.run
+
+
+def torch_call():
+    """(True, where it was loaded from) when calls on PyTorch tensors take the compiled path,
+    else (False, why not)."""
+    if _torch is None and "torch" in sys.modules:
+        _torch_module()  # loads it, as the first call on a PyTorch tensor would
+    return tuple(_torch_call_state)
 
 
 # ---- the fast path's entries ------------------------------------------------------------------------
@@ -493,3 +530,7 @@ def _copy_plan(plan):
     new.ctx_ref = _byref(new.ctx)
     new.specs, new.cuda, new.keep = plan.specs, plan.cuda, keep
     return new
+
+
+if "torch" in sys.modules:  # imported before gradops: take the compiled path from the first call
+    _torch_module()

@@ -130,6 +130,9 @@ class Library:
             self.supports_fn.restype = c.c_int
             self.supports_fn.argtypes = [c.c_int32, c.c_int32, c.POINTER(c.c_int32), c.c_size_t, c.POINTER(c.c_int32)]
         self.has_shape_inference = self.infer is not None
+        # For the compiled path (gradops._torch_call), which calls the library without ctypes.
+        self.fast_functions = (c.cast(self.c_run, c.c_void_p).value,
+                               c.cast(self.infer, c.c_void_p).value if self.infer is not None else 0)
         self.ops = {op.name: op for op in (OpInfo(self, i) for i in range(lib.gradops_op_count()))}
 
     def error(self, code):

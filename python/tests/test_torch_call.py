@@ -1,0 +1,163 @@
+"""The compiled call path for PyTorch tensors (gradops._torch_call): the same outputs, bit for bit,
+and the same errors as the Python path, for every operator and dtype of the oracle's cases; calls
+it must not take go to the Python path; plans are per call shape and safe across threads.
+
+scripts/test_python.sh builds the package with the extension required and sets
+GRADOPS_EXPECT_TORCH_CALL=1, so that a build without it fails here instead of being skipped."""
+import os
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gradops  # noqa: E402
+from gradops import _call  # noqa: E402
+from test_ops import CASES, _check, _to_array  # noqa: E402
+
+LOADED, WHY = gradops.torch_call()
+
+
+def test_loaded_where_expected():
+    if os.environ.get("GRADOPS_EXPECT_TORCH_CALL") == "1":
+        assert LOADED, f"gradops._torch_call: {WHY}"
+    elif not LOADED:
+        pytest.skip(f"gradops._torch_call: {WHY}")
+
+
+needs = pytest.mark.skipif(not LOADED, reason=f"gradops._torch_call: {WHY}")
+
+
+def _stats():
+    from gradops import _torch_call
+    return _torch_call.stats()
+
+
+def _same(a, b):
+    """Equal bit for bit (NaN payloads aside: NaN where the other has NaN)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+@needs
+@pytest.mark.parametrize("case", CASES, ids=[c["case"] for c in CASES])
+def test_same_bits_as_the_python_path(case):
+    op = gradops.ops[case["op"]]
+    inputs = [None if t is None else _to_array(t, "torch") for t in case["inputs"]]
+    wanted = [o.name for o, e in zip(op.outputs, case["outputs"]) if e is not None]
+    hits0, misses0, python0 = _stats()
+    compiled = gradops.run(case["op"], inputs, case["attributes"], outputs=wanted)
+    compiled = gradops.run(case["op"], inputs, case["attributes"], outputs=wanted)  # the plan, found
+    hits1, misses1, python1 = _stats()
+    assert (hits1 - hits0, misses1 - misses0, python1 - python0) == (1, 1, 0) or \
+        (hits1 - hits0, python1 - python0) == (2, 0), "the call did not take the compiled path"
+    attrs = gradops._attr_values(op, case["attributes"])
+    python = _call._run_python(op, inputs, attrs, gradops._want(op, wanted))
+    for o, (a, b) in enumerate(zip(compiled, python)):
+        assert _same(a, b), f"{case['case']}: output {op.outputs[o].name} differs from the Python path"
+    # Outputs of types no input carries may differ from the case's signature (test_ops says why).
+    carried = {a.type_var for a in op.inputs}
+    res = [r if r is None or op.outputs[o].type_var in carried else None for o, r in enumerate(compiled)]
+    _check(case, res, allow_missing=True)
+
+
+@needs
+def test_calls_it_must_not_take_go_to_the_python_path():
+    x = torch.randn(4, 6)
+    gradops.Softmax_13(x)
+    cases = {
+        "non-contiguous": lambda: gradops.Softmax_13(x.t()),
+        "out=": lambda: gradops.Softmax_13(x, out=torch.empty_like(x)),
+        "numpy": lambda: gradops.Softmax_13(x.numpy()),
+        "numpy scalar attribute": lambda: gradops.Softmax_13(x, axis=__import__("numpy").int64(0)),
+        "int64 tensor": lambda: gradops.Gelu(torch.ones(3, dtype=torch.int64)),
+    }
+    for name, call in cases.items():
+        before = _stats()[2]
+        try:
+            call()
+        except (TypeError, ValueError, NotImplementedError):
+            pass  # an error is the Python path's to raise; where it came from is what is checked
+        assert _stats()[2] == before + 1, f"{name}: not handed to the Python path"
+    # The Python path's answer for a transposed input is the contiguous input's.
+    assert torch.equal(gradops.Softmax_13(x.t()), gradops.Softmax_13(x.t().contiguous()))
+
+
+@needs
+def test_parameters_take_the_compiled_path():
+    w = torch.nn.Parameter(torch.randn(3, 5))
+    gradops.Gelu(w)
+    hits = _stats()[0]
+    y = gradops.Gelu(w)
+    assert _stats()[0] == hits + 1
+    assert torch.equal(y, gradops.Gelu(w.detach().clone()))
+
+
+@needs
+def test_errors_are_the_python_paths():
+    x = torch.randn(2, 3)
+    for call in (lambda: gradops.Softmax_13(x, axis=7),
+                 lambda: gradops.GeluGrad(torch.randn(2, 4), x),
+                 lambda: gradops.GeluGrad(x, x.double())):
+        with pytest.raises(ValueError) as compiled:
+            call()
+        with pytest.raises(ValueError) as python:
+            prev = _call.run
+            _call.run = _call._run_python
+            try:
+                call()
+            finally:
+                _call.run = prev
+        assert str(compiled.value) == str(python.value)
+
+
+@needs
+def test_plans_are_keyed_by_every_attribute_shape_and_dtype():
+    x = torch.randn(3, 8)
+    s, b = torch.rand(8) + 0.5, torch.randn(8)
+    base = gradops.LayerNormalization(x, s, b, epsilon=1e-5)
+    other_eps = gradops.LayerNormalization(x, s, b, epsilon=0.5)
+    assert not torch.equal(base[0], other_eps[0])
+    assert torch.equal(gradops.LayerNormalization(x, s, b, epsilon=1e-5)[0], base[0])
+    axis0 = gradops.Softmax_13(x, axis=0)
+    assert torch.allclose(axis0, torch.softmax(x, 0))
+    assert torch.allclose(gradops.Softmax_13(x, axis=1), torch.softmax(x, 1))
+    wide = torch.randn(3, 9)
+    assert gradops.Softmax_13(wide).shape == (3, 9)
+    assert gradops.Softmax_13(x.double()).dtype == torch.float64
+    y, mean, inv = gradops.LayerNormalization(x, s, b, outputs=("Y",))
+    assert mean is None and inv is None and torch.equal(y, base[0])
+
+
+@needs
+def test_another_library_object_gets_its_own_plans():
+    lib = gradops.load(gradops.library_path)
+    x = torch.randn(5, 7)
+    assert torch.equal(lib.run("Gelu", [x])[0], gradops.Gelu(x))
+    assert torch.equal(lib.run("Gelu", [x])[0], gradops.Gelu(x))
+
+
+@needs
+def test_threads_share_plans_and_get_their_own_outputs():
+    xs = [torch.randn(16, 33) for _ in range(8)]
+    want = [torch.softmax(x, -1) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(200):
+                if not torch.allclose(gradops.Softmax_13(xs[i]), want[i], rtol=1e-6, atol=1e-7):
+                    errors.append(i)
+                    return
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -5,7 +5,9 @@ family: the raw functions (gradops.Gelu(x), ...) and gradops.torch's layers thro
 
 Each row is the median over --repeats runs of the mean time of --calls back-to-back calls (on CUDA:
 calls queued, one synchronize at the end; tiny kernels run faster than launches queue), gradops and
-PyTorch alternated twice, the lower of the two kept. --clock cpu counts this thread's CPU time
+PyTorch alternated twice, the lower of the two kept. Where the compiled call path
+(gradops._torch_call) is loaded, gradops is timed both ways: through it (the "gradops" column, and
+the ratio) and with every call sent to the Python path (the "python" column). --clock cpu counts this thread's CPU time
 (the default on the CPU: on a shared machine wall time also counts the time the thread waits for a
 core); --clock wall counts elapsed time (the default on CUDA, where the device's queue matters).
 
@@ -29,14 +31,23 @@ ap.add_argument("--calls", type=int, default=10000)
 ap.add_argument("--repeats", type=int, default=7)
 ap.add_argument("--clock", choices=("cpu", "wall"))
 ap.add_argument("--only", help="run only the rows whose name contains this")
-ap.add_argument("--gradops-path", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"),
-                help="where to import gradops from (default: this source tree's python/)")
+ap.add_argument("--gradops-path",
+                help="where to import gradops from (default: the installed package, else this source tree's "
+                     "python/, which has no compiled call path)")
 ap.add_argument("--json")
 args = ap.parse_args()
 
-sys.path.insert(0, args.gradops_path)
-import gradops  # noqa: E402
+if args.gradops_path:
+    sys.path.insert(0, args.gradops_path)
+try:
+    import gradops  # noqa: E402
+except ImportError:
+    if args.gradops_path:
+        raise
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import gradops  # noqa: E402
 import gradops.torch as gt  # noqa: E402
+from gradops import _call  # noqa: E402
 
 
 def timed(fn, calls, repeats, sync, clock):
@@ -158,23 +169,34 @@ def main():
     torch.set_num_threads(1)
     rows_in, x, out = pairs(dev, args.numel)
     rows = []
+    compiled, why = gradops.torch_call()
     print(f"per-call time (us, {clock_name} clock) on a {args.numel}-element f32 tensor, {dev}, "
-          f"torch {torch.__version__}, library {gradops.library_path}")
-    print(f"{'call':34s} {'gradops':>8s} {'torch':>8s} {'ratio':>6s}")
+          f"torch {torch.__version__}, library {gradops.library_path}; compiled call path: "
+          f"{'yes' if compiled else 'no'} ({why})")
+    print(f"{'call':34s} {'gradops':>8s} {'python':>8s} {'torch':>8s} {'ratio':>6s}")
+
+    fast = _call.run
     for name, ours, ref in rows_in:
         if args.only and args.only not in name:
             continue
-        a, r = [], []
+        a, p, r = [], [], []
         try:
-            for _ in range(2):  # alternated, to share any drift between the two
+            for _ in range(2):  # alternated, to share any drift between them
                 a.append(timed(ours, args.calls, args.repeats, sync, clock))
+                if compiled:
+                    _call.run = _call._run_python
+                    try:
+                        p.append(timed(ours, args.calls, args.repeats, sync, clock))
+                    finally:
+                        _call.run = fast
                 r.append(timed(ref, args.calls, args.repeats, sync, clock))
         except Exception as e:  # noqa: BLE001 - reported, and the other rows still run
             print(f"{name:34s} error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             continue
         ga, tr = min(a), min(r)
-        rows.append({"call": name, "gradops_us": ga, "torch_us": tr, "ratio": ga / tr})
-        print(f"{name:34s} {ga:8.2f} {tr:8.2f} {ga / tr:6.2f}", flush=True)
+        py = min(p) if p else ga
+        rows.append({"call": name, "gradops_us": ga, "python_path_us": py, "torch_us": tr, "ratio": ga / tr})
+        print(f"{name:34s} {ga:8.2f} {py:8.2f} {tr:8.2f} {ga / tr:6.2f}", flush=True)
     # The floor: one prepared gradops_run (no Python work but the ctypes call) on the same tensor.
     call, _ = gradops.prepare("Gelu", [x], out=out)
     floor = min(timed(call, args.calls, args.repeats, sync, clock) for _ in range(2))
@@ -189,7 +211,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(dev), "clock": clock_name, "torch": torch.__version__, "numel": args.numel,
-                       "rows": rows, "gradops_run_alone_us": floor}, f, indent=1)
+                       "compiled_call_path": compiled, "rows": rows, "gradops_run_alone_us": floor}, f, indent=1)
 
 
 if __name__ == "__main__":

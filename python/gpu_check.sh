@@ -31,14 +31,15 @@ venv="$out/venv"
 parent_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 if "$py" -m venv --system-site-packages "$venv" >"$out/install.log" 2>&1 &&
    echo "$parent_site" >"$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/parent_site.pth" &&
-   GRADOPS_LIBRARY="$lib" "$venv/bin/python" -m pip install --no-index --no-build-isolation --no-deps ./python >>"$out/install.log" 2>&1; then
-  vpy="$venv/bin/python"; echo "installed into $venv"; export GRADOPS_TEST_INSTALLED=1
+   GRADOPS_LIBRARY="$lib" GRADOPS_TORCH_CALL_BUILD=1 "$venv/bin/python" -m pip install --no-index --no-build-isolation \
+     --no-deps ./python >>"$out/install.log" 2>&1; then
+  vpy="$venv/bin/python"; echo "installed into $venv"; export GRADOPS_TEST_INSTALLED=1 GRADOPS_EXPECT_TORCH_CALL=1
 else
   echo "pip install failed (see install.log); testing from the source tree"; tail -5 "$out/install.log"
   vpy="$py"; export PYTHONPATH="$PWD/python" GRADOPS_LIBRARY="$lib"; status=1
 fi
 if "$vpy" -c "import gradops; print('gradops', gradops.library_path, 'ops', len(gradops.ops))"; then
-  note "install: $([ "$vpy" = "$py" ] && echo "FAILED (source tree used)" || echo ok) ($("$vpy" -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__)'))"
+  note "install: $([ "$vpy" = "$py" ] && echo "FAILED (source tree used)" || echo ok) ($("$vpy" -c 'import sys, torch, gradops; print("Python", sys.version.split()[0], "torch", torch.__version__, "compiled call path:", gradops.torch_call())'))"
 else
   note "install: FAILED (import gradops)"; status=1
 fi
@@ -84,7 +85,8 @@ fi
 
 step "per-call overhead (tiny tensors)"
 for dev in cuda cpu; do
-  # The script imports the package from the source tree, which carries no library: name it.
+  # The installed package (with its compiled call path) where the install worked; the library
+  # named for the source tree's otherwise.
   GRADOPS_LIBRARY="$lib" timeout 300 "$vpy" bench/python_overhead.py --device $dev --json "$out/overhead_$dev.json" 2>&1 | tee "$out/overhead_$dev.txt"
   line=$(grep -h '^SUMMARY overhead' "$out/overhead_$dev.txt" | sed 's/^SUMMARY //')
   note "${line:-overhead $dev: no result (see overhead_$dev.txt)}"

@@ -128,7 +128,7 @@ def bias_gelu_case(op, approximate, shape, with_db, target):
                     check=[(dx, 0), (db, 1)] if with_db else [(dx, None)],
                     nbytes=(3 * rows * cols + (2 if with_db else 1) * cols) * es, shape=list(shape))
     name = op + (" +dB" if with_db else "")
-    return dict(family="bias_gelu", op=op, name=name, build=build, target=target)
+    return dict(family="bias_gelu", op=op, name=name, build=build, target=target, shape=list(shape))
 
 
 def softmax_case(op, log, shape, target, axis=-1, family="softmax"):
@@ -140,7 +140,7 @@ def softmax_case(op, log, shape, target, axis=-1, family="softmax"):
         fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
         return dict(ins=[dy, y], outs=[dx], attrs={"axis": axis}, torch=lambda: fn(dy, y, axis, dtype),
                     check=[(dx, None)], nbytes=3 * dy.numel() * dy.element_size(), shape=list(shape))
-    return dict(family=family, op=op, build=build, target=target)
+    return dict(family=family, op=op, build=build, target=target, shape=list(shape))
 
 
 def forward_case(op, shape, torch_fn, target, attrs=None, family="forward"):
@@ -149,7 +149,7 @@ def forward_case(op, shape, torch_fn, target, attrs=None, family="forward"):
         y = torch.empty_like(x)
         return dict(ins=[x], outs=[y], attrs=attrs or {}, torch=lambda: torch_fn(x), check=[(y, None)],
                     nbytes=2 * x.numel() * x.element_size(), shape=list(shape))
-    return dict(family=family, op=op, build=build, target=target)
+    return dict(family=family, op=op, build=build, target=target, shape=list(shape))
 
 
 def layer_norm_case(op, shape, target):
@@ -208,8 +208,8 @@ def layer_norm_case(op, shape, target):
                     shape=list(shape))
 
     fwd = op in ("LayerNormalization", "SimplifiedLayerNormalization")
-    return dict(family="layer_norm", op=op, build=build, target=(0.90 if fwd and target else target, 1.0),
-                grad=not fwd)
+    return dict(family="layer_norm", op=op, build=build, shape=list(shape),
+                target=(0.90 if fwd and target else target, 1.0), grad=not fwd)
 
 
 def batch_norm_case(op, chw, channels_last):
@@ -546,6 +546,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="f32 and bf16 only, 10 repeats")
     ap.add_argument("--ops", default="", help="only these ops (comma-separated names; default: every op)")
+    ap.add_argument("--shapes", default="",
+                    help="only the bias-GELU, softmax, forward and LayerNorm cases of these shapes (comma-separated, "
+                         "as 8x32768x128; default: every case)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_bench: PyTorch sees no CUDA device")
@@ -560,6 +563,8 @@ def main():
     rows = []
     for case in cases():
         if case["family"] not in families or (args.ops and case["op"] not in args.ops.split(",")):
+            continue
+        if args.shapes and "x".join(map(str, case.get("shape", ()))) not in args.shapes.split(","):
             continue
         for name in dtypes:
             row = run_case(case, DTYPES[name], gradops, timer, copy_gbs, same_size)

@@ -3,9 +3,11 @@
 //   cuda:strided_held   each column group's share of the axis held in registers by a block, or a
 //                       cluster of up to 16 blocks, so the tensor is read once (strided_plan in
 //                       softmax_rows.cuh says how a shape is laid out)
-//   cuda:strided        the rest: threads along inner, lanes along the axis, two passes
+//   cuda:strided        the rest: threads along inner, lanes along the axis, two passes (a long
+//                       axis over few columns split into chunks, two launches)
 #pragma once
 
+#include "core/workspace.hpp"
 #include "cuda/softmax_kernels.cuh"
 
 namespace gradops::cuda {
@@ -14,19 +16,35 @@ namespace {
 // ---- cuda:strided (inner > 1) ---------------------------------------------------------------
 
 constexpr int kStridedThreads = 256;
+// A long axis over few columns is split into chunks, a block each (a grid of column tiles x
+// chunks), so that every SM has work: 8x32768x128 ran its 1,024 columns on 32 blocks, at 0.02-0.04
+// of copy. The first launch writes each chunk's statistics of each column; the second combines
+// them in chunk order and writes the chunk's outputs. When to split and the chunk length follow
+// from the shape alone, so the bits do not depend on the device.
+constexpr int64_t kStridedSplitBlocks = 2048;  // blocks the split aims at: an H100's 132 SMs, 8 each, twice
+constexpr int64_t kStridedMinChunk = 256;      // axis positions a block takes at least
+
+enum class StridedPhase {
+  whole,    // one launch: each block reduces its columns over the whole axis, then writes them
+  partial,  // split, first launch: a chunk's statistics of each column into the buffer
+  apply     // split, second launch: the chunks' statistics combined in order, then the outputs
+};
 
 struct StridedArgs {
   const void* dy;
   const void* y;
   void* out;
+  void* part;  // split: chunks x (outer * inner) statistics, chunk-major
   int64_t outer, len, inner;
+  int64_t chunk;  // axis positions of chunk blockIdx.y (len when whole)
+  int chunks;
 };
 
 // blockDim = (TX, TY): threadIdx.x walks TX consecutive groups (o, i) of the flattened outer x
 // inner space, so a warp reads TX consecutive i (or, for small inner, a few axis steps of them);
-// threadIdx.y takes axis positions ty, ty + TY, ...; the TY partial statistics of a group are
-// combined in order.
-template <SoftmaxKind K, class T>
+// threadIdx.y takes axis positions ty, ty + TY, ... of the block's chunk; the TY partial statistics
+// of a group are combined in order, and the chunks' (split) in chunk order.
+template <SoftmaxKind K, class T, StridedPhase P>
 __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a) {
   using A = compute_t<T>;
   using R = StreamOp<K, A>;
@@ -36,9 +54,11 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
+  V* parts = static_cast<V*>(a.part);
   const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
   const int64_t groups = a.outer * a.inner;
   const int64_t step = a.inner;
+  const int64_t a0 = static_cast<int64_t>(blockIdx.y) * a.chunk, a1 = min(a.len, a0 + a.chunk);
   for (int64_t tile = blockIdx.x; tile * TX < groups; tile += gridDim.x) {
     const int64_t c = tile * TX + tx;
     const bool live = c < groups;
@@ -48,31 +68,46 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
       ge = A(0);
       if constexpr (is_grad(K)) ge = to_compute(dy[base + ax * step]);
     };
-    Stat<A> st{-INFINITY, A(0)};
-    if (live)
+    if constexpr (P == StridedPhase::apply) {
+      // The chunks' statistics k = ty, ty + TY, ... combined in order by each lane along the axis,
+      // then the lanes' in order: one dependent chain of chunks / TY loads, not of chunks.
+      V v = R::identity();
+      if (live)
+        for (int k = ty; k < a.chunks; k += TY) v = R::combine(v, parts[k * groups + c]);
+      part[ty * TX + tx] = v;
+    } else {
+      Stat<A> st{-INFINITY, A(0)};
+      if (live)
 #pragma unroll 4
-      for (int64_t ax = ty; ax < a.len; ax += TY) {
-        A ye, ge;
-        elem(ax, ye, ge);
-        push<K>(st, ye, ge);
-      }
-    part[ty * TX + tx] = stream_value<K>(st);
+        for (int64_t ax = a0 + ty; ax < a1; ax += TY) {
+          A ye, ge;
+          elem(ax, ye, ge);
+          push<K>(st, ye, ge);
+        }
+      part[ty * TX + tx] = stream_value<K>(st);
+    }
     __syncthreads();
     if (ty == 0) {
       V v = part[tx];
       for (int k = 1; k < TY; ++k) v = R::combine(v, part[k * TX + tx]);
-      total[tx] = v;
+      if constexpr (P == StridedPhase::partial) {
+        if (live) parts[blockIdx.y * groups + c] = v;
+      } else {
+        total[tx] = v;
+      }
     }
     __syncthreads();
-    const Final<A> f = final_of<K, A>(total[tx]);
-    if (live)
+    if constexpr (P != StridedPhase::partial) {
+      const Final<A> f = final_of<K, A>(total[tx]);
+      if (live)
 #pragma unroll 4
-      for (int64_t ax = ty; ax < a.len; ax += TY) {
-        A ye, ge;
-        elem(ax, ye, ge);
-        out[base + ax * step] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
-      }
-    __syncthreads();  // part and total are rewritten by the next tile
+        for (int64_t ax = a0 + ty; ax < a1; ax += TY) {
+          A ye, ge;
+          elem(ax, ye, ge);
+          out[base + ax * step] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
+        }
+      __syncthreads();  // part and total are rewritten by the next tile
+    }
   }
 }
 
@@ -285,16 +320,37 @@ __global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldA
 
 template <SoftmaxKind K, class T>
 Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  constexpr auto kernel = strided_kernel<K, T>;
+  using V = typename StreamOp<K, compute_t<T>>::V;
   const int tx = 1 << std::min(5, log2_ceil(d.inner));
-  const int ty = std::min(kStridedThreads / tx, 1 << std::min(8, log2_ceil(d.axis_len)));
-  int per_sm = 0;
-  if (Status s = blocks_per_sm<kernel>(op, dev, kStridedThreads, &per_sm); !s) return s;
   const int64_t tiles = ceil_div(d.outer * d.inner, tx);
-  const int64_t blocks = std::clamp<int64_t>(tiles, 1, int64_t{dev.sm_count} * per_sm * (kStridedThreads / (tx * ty)));
-  const StridedArgs a{d.dy, d.y, d.out, d.outer, d.axis_len, d.inner};
-  return launch(op, "the strided launch", kernel, dim3(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff))),
-                dim3(tx, ty), stream_of(ctx), a);
+  // Chunks for about kStridedSplitBlocks blocks, each of at least kStridedMinChunk positions, and
+  // at most 65,535 of them (gridDim.y).
+  const int64_t want = std::clamp<int64_t>(ceil_div(kStridedSplitBlocks, tiles), 1,
+                                           std::max<int64_t>(1, d.axis_len / kStridedMinChunk));
+  const int64_t chunk = std::max({int64_t{1}, ceil_div(d.axis_len, want), ceil_div(d.axis_len, 65535)});
+  const int chunks = static_cast<int>(ceil_div(d.axis_len, chunk));
+  const bool split = chunks > 1;
+  const int ty = std::min(kStridedThreads / tx, 1 << std::min(8, log2_ceil(chunk)));
+  int per_sm = 0;
+  if (Status s = blocks_per_sm<strided_kernel<K, T, StridedPhase::whole>>(op, dev, kStridedThreads, &per_sm); !s)
+    return s;
+  const int64_t most = std::max<int64_t>(1, int64_t{dev.sm_count} * per_sm * (kStridedThreads / (tx * ty)) / chunks);
+  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, std::min<int64_t>(most, 0x7fffffff))),
+                  static_cast<unsigned>(chunks));
+  const cudaStream_t stream = stream_of(ctx);
+  StridedArgs a{d.dy, d.y, d.out, nullptr, d.outer, d.axis_len, d.inner, chunk, chunks};
+  if (!split)
+    return launch(op, "the strided launch", strided_kernel<K, T, StridedPhase::whole>, grid, dim3(tx, ty), stream, a);
+  detail::Workspace ws;
+  const auto bytes = sizeof(V) * static_cast<std::size_t>(chunks) * static_cast<std::size_t>(d.outer * d.inner);
+  if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), bytes, op); !s) return s;
+  a.part = ws.as<V>();
+  if (Status s = launch(op, "the strided statistics launch", strided_kernel<K, T, StridedPhase::partial>, grid,
+                        dim3(tx, ty), stream, a);
+      !s)
+    return s;
+  return launch(op, "the strided output launch", strided_kernel<K, T, StridedPhase::apply>, grid, dim3(tx, ty), stream,
+                a);
 }
 
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled

@@ -2,11 +2,11 @@
 //
 // gradops._call.run turns one call into descriptors, allocates the outputs and calls gradops_run
 // through ctypes. On a tiny tensor that Python work costs more than PyTorch's whole op (its
-// allocation alone is most of a softmax), so calls whose inputs are all contiguous PyTorch tensors
-// come here instead: the plan of a call seen before is found by a key of the tensors' own
-// metadata, the outputs are allocated with at::empty, and gradops_run is called directly. Anything
-// else (numpy, DLPack, out=, a non-contiguous tensor, a call the library rejects) goes back to the
-// Python path, which has the same results and raises the same errors.
+// allocation alone is most of a softmax), so calls whose inputs (and outputs given with out=) are
+// all contiguous PyTorch tensors come here instead: the plan of a call seen before is found by a key
+// of the tensors' own metadata, the other outputs are allocated with at::empty, and gradops_run is
+// called directly. Anything else (numpy, DLPack, a non-contiguous tensor, a call the library
+// rejects) goes back to the Python path, which has the same results and raises the same errors.
 //
 // The extension links libtorch, so it is built for one PyTorch (setup.py builds it when PyTorch's
 // headers are present); libgradops is not linked: its functions come from the library object the
@@ -68,6 +68,7 @@ struct Plan {
   std::array<gradops_tensor, kMaxArgs> in{}, out{};
   std::array<std::array<int64_t, kMaxRank>, kMaxArgs> in_dims{}, out_dims{};
   std::array<at::ScalarType, kMaxArgs> out_type{};
+  std::array<bool, kMaxArgs> given{};  // output passed with out= (the caller's tensor is written)
   std::array<gradops_attribute, kMaxAttrs> attrs{};
 
   Plan() = default;
@@ -115,6 +116,7 @@ PyObject* python_path(PyObject* const* args, Py_ssize_t nargs) {
 struct Held {
   std::array<PyObject*, kMaxArgs> items{};
   Held(PyObject* seq, Py_ssize_t n) {
+    if (n == 0) return;
     PyObject** p = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; ++i) Py_INCREF(items[i] = p[i]);
   }
@@ -133,37 +135,72 @@ bool items_of(PyObject* seq, PyObject*** items, Py_ssize_t* n) {
   return true;
 }
 
-// Reads the call into key, its input tensors into tensors (nullptr for None) and its attribute
-// values into values; false where the Python path must take the call.
-bool read_call(PyObject* op, PyObject* inputs, PyObject* attrs, PyObject* want, long threads, Key& key,
-               std::array<const at::Tensor*, kMaxArgs>& tensors, Py_ssize_t& n_in,
-               std::array<double, kMaxAttrs>& values, std::array<bool, kMaxAttrs>& given, Py_ssize_t& n_attrs,
-               uint64_t& wanted, Py_ssize_t& n_want) {
+// One call's arguments as read from Python (the tensors point into the call's PyObjects).
+struct Call {
+  std::array<const at::Tensor*, kMaxArgs> in{}, out{};  // nullptr: None (out: allocated by us)
+  std::array<double, kMaxAttrs> values{};
+  std::array<bool, kMaxAttrs> given{};  // attribute given (else the library's default)
+  Py_ssize_t n_in = 0, n_attrs = 0, n_want = 0;
+  uint64_t wanted = 0;
+};
+
+// A contiguous tensor of gradops' dtypes on the CPU or a CUDA device into *t and the key (three
+// words and the dims); false for anything else. None is one word.
+bool read_tensor(PyObject* x, Key& key, const at::Tensor** t) {
+  *t = nullptr;
+  if (x == Py_None) {
+    key.push(-1);
+    return true;
+  }
+  if (!THPVariable_CheckExact(x)) return false;  // subclasses may mean something else
+  const at::Tensor& v = THPVariable_Unpack(x);
+  const int code = dtype_code(v.scalar_type());
+  const int64_t rank = v.dim();
+  if (code < 0 || rank > kMaxRank || !v.is_contiguous()) return false;
+  const at::Device d = v.device();
+  int64_t dev;
+  if (d.is_cpu()) dev = GRADOPS_DEVICE_CPU;
+  else if (d.is_cuda()) dev = GRADOPS_DEVICE_CUDA | static_cast<int64_t>(d.index()) << 8;
+  else return false;
+  *t = &v;
+  key.push(code);
+  key.push(dev);
+  key.push(rank);
+  for (int64_t s : v.sizes()) key.push(s);
+  return true;
+}
+
+// Reads the call into key and c; false where the Python path must take it.
+bool read_call(PyObject* op, PyObject* inputs, PyObject* attrs, PyObject* want, PyObject* out, long threads,
+               Key& key, Call& c) {
   PyObject** items;
+  PyObject** outs = nullptr;
+  Py_ssize_t n_outs = 0;
   if (!PyTuple_Check(attrs) || !PyTuple_Check(want)) return false;
-  n_attrs = PyTuple_GET_SIZE(attrs);
-  n_want = PyTuple_GET_SIZE(want);
-  if (n_attrs > kMaxAttrs || n_want > kMaxArgs) return false;
-  if (!items_of(inputs, &items, &n_in) || n_in > kMaxArgs) return false;
+  c.n_attrs = PyTuple_GET_SIZE(attrs);
+  c.n_want = PyTuple_GET_SIZE(want);
+  if (c.n_attrs > kMaxAttrs || c.n_want > kMaxArgs) return false;
+  if (!items_of(inputs, &items, &c.n_in) || c.n_in > kMaxArgs) return false;
+  if (out != Py_None && (!items_of(out, &outs, &n_outs) || n_outs != c.n_want)) return false;
   key.push(reinterpret_cast<intptr_t>(op));
   key.push(threads);
-  wanted = 0;
-  for (Py_ssize_t i = 0; i < n_want; ++i) {
+  for (Py_ssize_t i = 0; i < c.n_want; ++i) {
     PyObject* w = PyTuple_GET_ITEM(want, i);
-    if (w == Py_True) wanted |= 1u << i;
+    if (w == Py_True) c.wanted |= 1u << i;
     else if (w != Py_False) return false;
   }
-  key.push(static_cast<int64_t>(wanted | static_cast<uint64_t>(n_want) << 8 | static_cast<uint64_t>(n_in) << 16));
-  for (Py_ssize_t a = 0; a < n_attrs; ++a) {
+  key.push(static_cast<int64_t>(c.wanted | static_cast<uint64_t>(c.n_want) << 8 |
+                                static_cast<uint64_t>(c.n_in) << 16 | static_cast<uint64_t>(n_outs) << 24));
+  for (Py_ssize_t a = 0; a < c.n_attrs; ++a) {
     PyObject* v = PyTuple_GET_ITEM(attrs, a);
-    given[a] = v != Py_None;
-    if (!given[a]) {
+    c.given[a] = v != Py_None;
+    if (!c.given[a]) {
       key.push(0);
       key.push(0);
       continue;
     }
     if (PyFloat_CheckExact(v)) {
-      values[a] = PyFloat_AS_DOUBLE(v);
+      c.values[a] = PyFloat_AS_DOUBLE(v);
     } else if (PyLong_Check(v)) {
       int overflow = 0;
       long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -171,46 +208,39 @@ bool read_call(PyObject* op, PyObject* inputs, PyObject* attrs, PyObject* want, 
         PyErr_Clear();
         return false;
       }
-      values[a] = static_cast<double>(x);
+      c.values[a] = static_cast<double>(x);
     } else {
       return false;  // numpy scalars and the like: the Python path converts them
     }
     int64_t bits;
-    std::memcpy(&bits, &values[a], sizeof bits);
+    std::memcpy(&bits, &c.values[a], sizeof bits);
     key.push(1);
     key.push(bits);
   }
-  for (Py_ssize_t i = 0; i < n_in; ++i) {
-    PyObject* x = items[i];
-    if (x == Py_None) {
-      tensors[i] = nullptr;
-      key.push(-1);
-      continue;
-    }
-    if (!THPVariable_CheckExact(x)) return false;  // subclasses may mean something else
-    const at::Tensor& t = THPVariable_Unpack(x);
-    const int code = dtype_code(t.scalar_type());
-    const int64_t rank = t.dim();
-    if (code < 0 || rank > kMaxRank || !t.is_contiguous()) return false;
-    const at::Device d = t.device();
-    int64_t dev;
-    if (d.is_cpu()) dev = GRADOPS_DEVICE_CPU;
-    else if (d.is_cuda()) dev = GRADOPS_DEVICE_CUDA | static_cast<int64_t>(d.index()) << 8;
-    else return false;
-    tensors[i] = &t;
-    key.push(code);
-    key.push(dev);
-    key.push(rank);
-    for (int64_t s : t.sizes()) key.push(s);
+  for (Py_ssize_t i = 0; i < c.n_in; ++i)
+    if (!read_tensor(items[i], key, &c.in[i])) return false;
+  for (Py_ssize_t o = 0; o < n_outs; ++o) {
+    // An output given but not asked for is the Python path's error to raise.
+    if (!read_tensor(outs[o], key, &c.out[o]) || (c.out[o] && !(c.wanted >> o & 1))) return false;
   }
   return true;
 }
 
-// The plan of a call, from the library's shape inference; nullptr (no Python error set) when the
-// library rejects the call or cannot infer shapes, so that the Python path reports it.
-std::unique_ptr<Plan> make_plan(PyObject* op, const std::array<const at::Tensor*, kMaxArgs>& tensors,
-                                Py_ssize_t n_in, const std::array<double, kMaxAttrs>& values,
-                                const std::array<bool, kMaxAttrs>& given, Py_ssize_t n_attrs, uint64_t wanted) {
+// The descriptor of t, its dims kept in dims.
+void describe(const at::Tensor& t, gradops_tensor& d, std::array<int64_t, kMaxRank>& dims) {
+  const at::Device dev = t.device();
+  d.device = gradops_device{dev.is_cuda() ? GRADOPS_DEVICE_CUDA : GRADOPS_DEVICE_CPU,
+                            dev.is_cuda() ? static_cast<int32_t>(dev.index()) : 0};
+  d.rank = static_cast<int32_t>(t.dim());
+  d.dtype = dtype_code(t.scalar_type());
+  std::copy(t.sizes().begin(), t.sizes().end(), dims.begin());
+  d.shape = dims.data();
+}
+
+// The plan of a call: outputs given keep their own descriptors, the others get the library's
+// inferred shapes. nullptr (no Python error set) when the library rejects the call or cannot infer
+// shapes, so that the Python path reports it.
+std::unique_ptr<Plan> make_plan(PyObject* op, const Call& c) {
   auto plan = std::make_unique<Plan>();
   Py_INCREF(op);
   plan->op = op;
@@ -231,15 +261,15 @@ std::unique_ptr<Plan> make_plan(PyObject* op, const std::array<const at::Tensor*
   };
   if (!fns || !plan->error || !plan->c_name || !attr_info || !outputs || !PyBytes_Check(plan->c_name) ||
       !PyTuple_Check(fns) || PyTuple_GET_SIZE(fns) != 2 || !PyTuple_Check(attr_info) ||
-      PyTuple_GET_SIZE(attr_info) != n_attrs || !PyTuple_Check(outputs))
+      PyTuple_GET_SIZE(attr_info) != c.n_attrs || !PyTuple_Check(outputs))
     return done(std::move(none));
   plan->run = reinterpret_cast<RunFn>(PyLong_AsVoidPtr(PyTuple_GET_ITEM(fns, 0)));
   auto infer = reinterpret_cast<InferFn>(PyLong_AsVoidPtr(PyTuple_GET_ITEM(fns, 1)));
   plan->n_all = static_cast<int>(PyTuple_GET_SIZE(outputs));
-  if (!plan->run || !infer || plan->n_all > kMaxArgs) return done(std::move(none));
+  if (!plan->run || !infer || plan->n_all != c.n_want) return done(std::move(none));
 
-  for (Py_ssize_t a = 0; a < n_attrs; ++a) {
-    if (!given[a]) continue;
+  for (Py_ssize_t a = 0; a < c.n_attrs; ++a) {
+    if (!c.given[a]) continue;
     PyObject* name = PyObject_GetAttrString(PyTuple_GET_ITEM(attr_info, a), "name");
     const char* utf8 = name ? PyUnicode_AsUTF8(name) : nullptr;
     if (!utf8) {
@@ -247,38 +277,35 @@ std::unique_ptr<Plan> make_plan(PyObject* op, const std::array<const at::Tensor*
       return done(std::move(none));
     }
     plan->attr_names[plan->n_attrs] = name;  // keeps utf8 alive
-    plan->attrs[plan->n_attrs++] = gradops_attribute{utf8, values[a]};
+    plan->attrs[plan->n_attrs++] = gradops_attribute{utf8, c.values[a]};
   }
 
   bool have_device = false;
   std::array<const gradops_tensor*, kMaxArgs> in_ptrs{};
-  plan->n_in = static_cast<int>(n_in);
+  plan->n_in = static_cast<int>(c.n_in);
   for (int i = 0; i < plan->n_in; ++i) {
-    const at::Tensor* t = tensors[i];
-    if (!t) continue;
-    gradops_tensor& d = plan->in[i];
-    const at::Device dev = t->device();
-    d.device = gradops_device{dev.is_cuda() ? GRADOPS_DEVICE_CUDA : GRADOPS_DEVICE_CPU,
-                              dev.is_cuda() ? static_cast<int32_t>(dev.index()) : 0};
-    d.rank = static_cast<int32_t>(t->dim());
-    d.dtype = dtype_code(t->scalar_type());
-    std::copy(t->sizes().begin(), t->sizes().end(), plan->in_dims[i].begin());
-    d.shape = plan->in_dims[i].data();
-    in_ptrs[i] = &d;
-    if (!have_device) plan->device = d.device;
+    if (!c.in[i]) continue;
+    describe(*c.in[i], plan->in[i], plan->in_dims[i]);
+    in_ptrs[i] = &plan->in[i];
+    if (!have_device) plan->device = plan->in[i].device;
     have_device = true;
   }
 
   std::array<int64_t, kMaxArgs * kMaxRank> dims{};
   std::array<int32_t, kMaxArgs> ranks{}, dtypes{};
-  if (infer(PyBytes_AS_STRING(plan->c_name), in_ptrs.data(), static_cast<size_t>(n_in), plan->attrs.data(),
+  if (infer(PyBytes_AS_STRING(plan->c_name), in_ptrs.data(), static_cast<size_t>(c.n_in), plan->attrs.data(),
             static_cast<size_t>(plan->n_attrs), dims.data(), ranks.data(), dtypes.data(),
             static_cast<size_t>(plan->n_all)) != GRADOPS_OK)
     return done(std::move(none));
   for (int o = 0; o < plan->n_all; ++o) {
-    if (!(wanted >> o & 1)) continue;
+    if (!(c.wanted >> o & 1)) continue;
     plan->n_out = o + 1;
     gradops_tensor& d = plan->out[o];
+    plan->given[o] = c.out[o] != nullptr;
+    if (plan->given[o]) {
+      describe(*c.out[o], d, plan->out_dims[o]);
+      continue;
+    }
     d.device = plan->device;
     d.rank = ranks[o];
     d.dtype = dtypes[o];
@@ -296,7 +323,8 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_RuntimeError, "gradops._torch_call: init() has not been called");
     return nullptr;
   }
-  if (nargs < 4 || nargs > 6 || (nargs > 4 && args[4] != Py_None)) return python_path(args, nargs);
+  if (nargs < 4 || nargs > 6) return python_path(args, nargs);
+  PyObject* out_arg = nargs > 4 ? args[4] : Py_None;
   long threads = 0;
   if (nargs > 5) {
     threads = PyLong_Check(args[5]) ? PyLong_AsLong(args[5]) : -1;
@@ -306,22 +334,16 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   Key key;
-  std::array<const at::Tensor*, kMaxArgs> tensors{};
-  std::array<double, kMaxAttrs> values{};
-  std::array<bool, kMaxAttrs> given{};
-  Py_ssize_t n_in = 0, n_attrs = 0, n_want = 0;
-  uint64_t wanted = 0;
-  if (!read_call(args[0], args[1], args[2], args[3], threads, key, tensors, n_in, values, given, n_attrs, wanted,
-                 n_want))
-    return python_path(args, nargs);
-  // Held to the end: tensors points into them, and a list of them could lose its items to another
-  // thread whenever the GIL is let go (Python callbacks, the kernel).
-  const Held held(args[1], n_in);
+  Call c;
+  if (!read_call(args[0], args[1], args[2], args[3], out_arg, threads, key, c)) return python_path(args, nargs);
+  // Held to the end: c points into them, and a list of them could lose its items to another thread
+  // whenever the GIL is let go (Python callbacks, the kernel).
+  const Held held_in(args[1], c.n_in), held_out(out_arg, out_arg == Py_None ? 0 : c.n_want);
 
   auto it = g_plans->find(key);
   if (it == g_plans->end()) {
-    std::unique_ptr<Plan> made = make_plan(args[0], tensors, n_in, values, given, n_attrs, wanted);
-    if (!made || made->n_all != n_want) return python_path(args, nargs);
+    std::unique_ptr<Plan> made = make_plan(args[0], c);
+    if (!made) return python_path(args, nargs);
     if (g_plans->size() >= kMaxPlans) g_plans->clear();
     it = g_plans->emplace(key, std::move(made)).first;
     ++g_misses;
@@ -333,8 +355,8 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   std::array<gradops_tensor, kMaxArgs> in = plan.in, out = plan.out;
   std::array<const gradops_tensor*, kMaxArgs> in_ptrs{}, out_ptrs{};
   for (int i = 0; i < plan.n_in; ++i) {
-    if (!tensors[i]) continue;
-    in[i].data = tensors[i]->data_ptr();
+    if (!c.in[i]) continue;
+    in[i].data = c.in[i]->data_ptr();
     in_ptrs[i] = &in[i];
   }
   PyObject* result = PyList_New(plan.n_all);
@@ -343,6 +365,14 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     if (o >= plan.n_out || !out[o].shape) {
       Py_INCREF(Py_None);
       PyList_SET_ITEM(result, o, Py_None);
+      continue;
+    }
+    out_ptrs[o] = &out[o];
+    if (plan.given[o]) {  // the caller's tensor, returned as given
+      out[o].data = c.out[o]->data_ptr();
+      PyObject* given = held_out.items[o];
+      Py_INCREF(given);
+      PyList_SET_ITEM(result, o, given);
       continue;
     }
     const at::Device device = plan.device.type == GRADOPS_DEVICE_CUDA
@@ -357,7 +387,6 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
       throw;
     }
     out[o].data = t.data_ptr();
-    out_ptrs[o] = &out[o];
     PyObject* wrapped = THPVariable_Wrap(std::move(t));
     if (!wrapped) {
       Py_DECREF(result);

@@ -62,6 +62,18 @@ def test_same_bits_as_the_python_path(case):
     carried = {a.type_var for a in op.inputs}
     res = [r if r is None or op.outputs[o].type_var in carried else None for o, r in enumerate(compiled)]
     _check(case, res, allow_missing=True)
+    # Into outputs given with out= (poisoned: every element must be written), the same bits.
+    out = [None if e is None else _to_array(dict(e["tensor"], values=[float("nan")] * len(e["tensor"]["values"])),
+                                            "torch") for e in case["outputs"]]
+    hits = _stats()[0]
+    given = gradops.run(case["op"], inputs, case["attributes"], outputs=wanted, out=out)
+    gradops.run(case["op"], inputs, case["attributes"], outputs=wanted, out=out)
+    assert _stats()[0] >= hits + 1, "a call with out= did not take the compiled path"
+    assert all(g is o for g, o in zip(given, out) if o is not None)
+    expect = _call._run_python(op, inputs, attrs, gradops._want(op, wanted), list(out))
+    for o, (a, b) in enumerate(zip(given, expect)):
+        if a is not None and op.outputs[o].type_var in carried:
+            assert _same(a, b), f"{case['case']}: output {op.outputs[o].name} (out=) differs from the Python path"
 
 
 @needs
@@ -70,7 +82,9 @@ def test_calls_it_must_not_take_go_to_the_python_path():
     gradops.Softmax_13(x)
     cases = {
         "non-contiguous": lambda: gradops.Softmax_13(x.t()),
-        "out=": lambda: gradops.Softmax_13(x, out=torch.empty_like(x)),
+        "out= not contiguous": lambda: gradops.Softmax_13(x, out=torch.empty(6, 4).t()),
+        "out= not asked for": lambda: gradops.LayerNormalization(x, torch.ones(6), outputs=("Y",),
+                                                                 out=(None, torch.empty(4, 1))),
         "numpy": lambda: gradops.Softmax_13(x.numpy()),
         "numpy scalar attribute": lambda: gradops.Softmax_13(x, axis=__import__("numpy").int64(0)),
         "int64 tensor": lambda: gradops.Gelu(torch.ones(3, dtype=torch.int64)),
@@ -84,6 +98,28 @@ def test_calls_it_must_not_take_go_to_the_python_path():
         assert _stats()[2] == before + 1, f"{name}: not handed to the Python path"
     # The Python path's answer for a transposed input is the contiguous input's.
     assert torch.equal(gradops.Softmax_13(x.t()), gradops.Softmax_13(x.t().contiguous()))
+
+
+@needs
+def test_out_is_written_in_place_on_the_compiled_path():
+    x = torch.randn(5, 9)
+    y = torch.full_like(x, float("nan"))
+    gradops.Softmax_13(x, out=y)
+    hits = _stats()[0]
+    r = gradops.Softmax_13(x, out=y)
+    assert r is y and _stats()[0] == hits + 1
+    assert torch.equal(y, gradops.Softmax_13(x))
+    # In place where the schema allows it (GeluGrad's dX may be dY): the out-of-place bits.
+    dy, xx = torch.randn(5, 9), torch.randn(5, 9)
+    want = gradops.GeluGrad(dy, xx)
+    d = dy.clone()
+    assert gradops.GeluGrad(d, xx, out=d) is d
+    assert torch.equal(d, want)
+    # A wrong shape given is the library's error, with its message, and writes nothing.
+    bad = torch.zeros(5, 8)
+    with pytest.raises(ValueError, match="Softmax_13"):
+        gradops.Softmax_13(x, out=bad)
+    assert torch.equal(bad, torch.zeros(5, 8))
 
 
 @needs

@@ -36,8 +36,9 @@ using InferFn = decltype(&gradops_infer_output_shapes);
 constexpr int kMaxArgs = GRADOPS_MAX_ARGS;
 constexpr int kMaxRank = GRADOPS_MAX_RANK;
 constexpr int kMaxAttrs = 16;
-// op, threads, wanted outputs, attributes (two words each), inputs (three words and the dims each)
-constexpr int kMaxKey = 3 + 2 * kMaxAttrs + kMaxArgs * (3 + kMaxRank);
+// op, threads, the outputs' flags, attributes (two words each), inputs and outputs given with out=
+// (three words and the dims each): read_call checks every count and rank before it pushes.
+constexpr int kMaxKey = 3 + 2 * kMaxAttrs + 2 * kMaxArgs * (3 + kMaxRank);
 
 // Everything that decides a call's plan, as machine words.
 struct Key {
@@ -56,7 +57,8 @@ struct KeyHash {
 };
 
 // What gradops_run needs besides data pointers, fixed by the key. Immutable once made, so calls on
-// several threads share it: each copies the descriptors to its stack and writes its pointers there.
+// several threads share it: each copies the descriptors to its stack and writes its pointers there,
+// and holds the plan (a shared_ptr) while it runs, since the cache may be cleared meanwhile.
 struct Plan {
   PyObject* op = nullptr;  // held: while the plan lives, no other op can reuse the address in its key
   PyObject* c_name = nullptr;
@@ -84,7 +86,7 @@ struct Plan {
 
 // Never destroyed: its plans hold Python references, which must not be released after the
 // interpreter is gone. Only touched with the GIL held.
-auto* const g_plans = new std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash>();
+auto* const g_plans = new std::unordered_map<Key, std::shared_ptr<const Plan>, KeyHash>();
 constexpr size_t kMaxPlans = 4096;
 
 PyObject* g_python_run = nullptr;  // gradops._call's Python path: same arguments, same results
@@ -111,6 +113,14 @@ PyObject* python_path(PyObject* const* args, Py_ssize_t nargs) {
   ++g_python;
   return PyObject_Vectorcall(g_python_run, args, static_cast<size_t>(nargs), nullptr);
 }
+
+// A new reference, dropped at scope exit.
+struct Owned {
+  PyObject* p;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { Py_XDECREF(p); }
+};
 
 // References to the items of a sequence for the life of a call.
 struct Held {
@@ -154,6 +164,7 @@ bool read_tensor(PyObject* x, Key& key, const at::Tensor** t) {
   }
   if (!THPVariable_CheckExact(x)) return false;  // subclasses may mean something else
   const at::Tensor& v = THPVariable_Unpack(x);
+  if (v.layout() != at::kStrided || !v.has_storage()) return false;  // sparse, meta, ...
   const int code = dtype_code(v.scalar_type());
   const int64_t rank = v.dim();
   if (code < 0 || rank > kMaxRank || !v.is_contiguous()) return false;
@@ -317,11 +328,15 @@ std::unique_ptr<Plan> make_plan(PyObject* op, const Call& c) {
 }
 
 // run(op, inputs, attribute_values, want, out=None, num_threads=0): gradops._call.run's contract.
-PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   HANDLE_TH_ERRORS
   if (!g_python_run) {
     PyErr_SetString(PyExc_RuntimeError, "gradops._torch_call: init() has not been called");
     return nullptr;
+  }
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {  // out=, num_threads= by name: as given
+    ++g_python;
+    return PyObject_Vectorcall(g_python_run, args, static_cast<size_t>(nargs), kwnames);
   }
   if (nargs < 4 || nargs > 6) return python_path(args, nargs);
   PyObject* out_arg = nargs > 4 ? args[4] : Py_None;
@@ -340,17 +355,18 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   // whenever the GIL is let go (Python callbacks, the kernel).
   const Held held_in(args[1], c.n_in), held_out(out_arg, out_arg == Py_None ? 0 : c.n_want);
 
-  auto it = g_plans->find(key);
-  if (it == g_plans->end()) {
-    std::unique_ptr<Plan> made = make_plan(args[0], c);
-    if (!made) return python_path(args, nargs);
-    if (g_plans->size() >= kMaxPlans) g_plans->clear();
-    it = g_plans->emplace(key, std::move(made)).first;
-    ++g_misses;
-  } else {
+  std::shared_ptr<const Plan> held_plan;
+  if (auto it = g_plans->find(key); it != g_plans->end()) {
+    held_plan = it->second;
     ++g_hits;
+  } else {
+    held_plan = make_plan(args[0], c);
+    if (!held_plan) return python_path(args, nargs);
+    if (g_plans->size() >= kMaxPlans) g_plans->clear();
+    g_plans->emplace(key, held_plan);
+    ++g_misses;
   }
-  const Plan& plan = *it->second;
+  const Plan& plan = *held_plan;
 
   std::array<gradops_tensor, kMaxArgs> in = plan.in, out = plan.out;
   std::array<const gradops_tensor*, kMaxArgs> in_ptrs{}, out_ptrs{};
@@ -359,7 +375,8 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     in[i].data = c.in[i]->data_ptr();
     in_ptrs[i] = &in[i];
   }
-  PyObject* result = PyList_New(plan.n_all);
+  const Owned owned{PyList_New(plan.n_all)};  // released on every early return, exceptions included
+  PyObject* result = owned.p;
   if (!result) return nullptr;
   for (int o = 0; o < plan.n_all; ++o) {
     if (o >= plan.n_out || !out[o].shape) {
@@ -378,20 +395,11 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     const at::Device device = plan.device.type == GRADOPS_DEVICE_CUDA
                                   ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(plan.device.index))
                                   : at::Device(at::kCPU);
-    at::Tensor t;
-    try {
-      t = at::empty(c10::IntArrayRef(out[o].shape, static_cast<size_t>(out[o].rank)),
-                    at::TensorOptions().dtype(plan.out_type[o]).device(device));
-    } catch (...) {
-      Py_DECREF(result);
-      throw;
-    }
+    at::Tensor t = at::empty(c10::IntArrayRef(out[o].shape, static_cast<size_t>(out[o].rank)),
+                             at::TensorOptions().dtype(plan.out_type[o]).device(device));
     out[o].data = t.data_ptr();
     PyObject* wrapped = THPVariable_Wrap(std::move(t));
-    if (!wrapped) {
-      Py_DECREF(result);
-      return nullptr;
-    }
+    if (!wrapped) return nullptr;
     PyList_SET_ITEM(result, o, wrapped);
   }
 
@@ -402,10 +410,7 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     Py_XDECREF(index);
     ctx.cuda_stream = stream ? PyLong_AsVoidPtr(stream) : nullptr;
     Py_XDECREF(stream);
-    if (PyErr_Occurred()) {
-      Py_DECREF(result);
-      return nullptr;
-    }
+    if (PyErr_Occurred()) return nullptr;
     ctx.allocator = g_cuda_allocator;
   }
 
@@ -418,7 +423,6 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
                     static_cast<size_t>(plan.n_out), plan.attrs.data(), static_cast<size_t>(plan.n_attrs), &ctx);
   Py_END_ALLOW_THREADS
   if (status != GRADOPS_OK) {
-    Py_DECREF(result);
     PyObject* exc = PyObject_CallFunction(plan.error, "i", static_cast<int>(status));
     if (exc) {
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
@@ -426,6 +430,7 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     }
     return nullptr;
   }
+  Py_INCREF(result);  // the caller's; owned drops its own
   return result;
   END_HANDLE_TH_ERRORS
 }
@@ -456,7 +461,7 @@ PyObject* stats(PyObject* /*self*/, PyObject* /*unused*/) {
 }
 
 PyMethodDef kMethods[] = {
-    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
+    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL | METH_KEYWORDS,
      "run(op, inputs, attribute_values, want, out=None, num_threads=0): gradops._call.run, compiled"},
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(init)), METH_FASTCALL,
      "init(python_run, stream_of, cuda_allocator_address)"},

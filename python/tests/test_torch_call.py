@@ -197,3 +197,38 @@ def test_threads_share_plans_and_get_their_own_outputs():
     for t in threads:
         t.join()
     assert not errors
+
+
+@needs
+def test_keywords_reach_the_python_path():
+    op = gradops.ops["Gelu"]
+    x = torch.randn(3, 4)
+    before = _stats()[2]
+    r = _call.run(op, (x,), (None,) * len(op.attributes), op._all, out=None, num_threads=1)
+    assert _stats()[2] == before + 1
+    assert torch.equal(r[0], gradops.Gelu(x))
+
+
+@needs
+def test_plans_cleared_while_other_threads_run():
+    # More call shapes than the cache keeps (4096), from several threads: the cache is cleared
+    # while other threads hold plans.
+    errors = []
+
+    def work(t):
+        try:
+            for n in range(1, 1201):
+                x = torch.full((t + 1, n), float(t))  # 4 x 1,200 distinct shapes
+                y = gradops.Softmax_13(x)
+                if y.shape != (t + 1, n) or not torch.allclose(y, torch.full((t + 1, n), 1.0 / n)):
+                    errors.append((t, n))
+                    return
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors

@@ -1,5 +1,6 @@
 #include "core/workspace.hpp"
 
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -22,14 +23,20 @@ struct SmallBlock {
 
 thread_local SmallBlock t_small;
 
-void* small_allocate(void*, Device, std::size_t bytes) {
-  if (t_small.busy || bytes > kSmallBytes) return host_allocate(nullptr, Device::cpu(), bytes);
-  t_small.busy = true;
-  return t_small.bytes;
+// user: the allocating thread's block, so that the release finds it from any thread.
+void* small_allocate(void* user, Device, std::size_t bytes) {
+  auto* block = static_cast<SmallBlock*>(user);
+  // The heap where the block is taken, too small, or (a loader not honouring the TLS alignment)
+  // not 64-byte aligned.
+  if (block->busy || bytes > kSmallBytes || reinterpret_cast<std::uintptr_t>(block->bytes) % 64 != 0)
+    return host_allocate(nullptr, Device::cpu(), bytes);
+  block->busy = true;
+  return block->bytes;
 }
-void small_deallocate(void*, Device, void* p, std::size_t bytes) {
-  if (p == t_small.bytes) {
-    t_small.busy = false;
+void small_deallocate(void* user, Device, void* p, std::size_t bytes) {
+  auto* block = static_cast<SmallBlock*>(user);
+  if (p == block->bytes) {
+    block->busy = false;
     return;
   }
   host_deallocate(nullptr, Device::cpu(), p, bytes);
@@ -45,7 +52,7 @@ Status Workspace::allocate(const Context& ctx, Device device, std::size_t bytes,
   if (ctx.allocator && ctx.allocator->allocate) {
     alloc_ = *ctx.allocator;
   } else if (device.type == DeviceType::cpu) {
-    alloc_ = {small_allocate, small_deallocate, nullptr};
+    alloc_ = {small_allocate, small_deallocate, &t_small};
   } else if (!default_device_allocator(device, ctx.cuda_stream, &alloc_)) {
     return Status(StatusCode::unimplemented, std::string(op) + ": no allocator for this device");
   }

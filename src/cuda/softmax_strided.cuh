@@ -19,9 +19,10 @@ constexpr int kStridedThreads = 256;
 // A long axis over few columns is split into chunks, a block each (a grid of column tiles x
 // chunks), so that every SM has work: 8x32768x128 ran its 1,024 columns on 32 blocks, at 0.02-0.04
 // of copy. The first launch writes each chunk's statistics of each column; the second combines
-// them in chunk order and writes the chunk's outputs. When to split and the chunk length follow
-// from the shape alone, so the bits do not depend on the device.
-constexpr int64_t kStridedSplitBlocks = 2048;  // blocks the split aims at: an H100's 132 SMs, 8 each, twice
+// them in a fixed order (lane ty takes chunks ty, ty + TY, ..., then the lanes in order) and writes
+// the chunk's outputs. When to split, the chunk length and TY follow from the shape alone, so the
+// bits do not depend on the device.
+constexpr int64_t kStridedSplitBlocks = 2048;  // blocks the split aims at: about an H100's 132 SMs x 8, twice
 constexpr int64_t kStridedMinChunk = 256;      // axis positions a block takes at least
 
 enum class StridedPhase {
@@ -323,11 +324,11 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
   using V = typename StreamOp<K, compute_t<T>>::V;
   const int tx = 1 << std::min(5, log2_ceil(d.inner));
   const int64_t tiles = ceil_div(d.outer * d.inner, tx);
-  // Chunks for about kStridedSplitBlocks blocks, each of at least kStridedMinChunk positions, and
-  // at most 65,535 of them (gridDim.y).
+  // Chunks for about kStridedSplitBlocks blocks, each of at least kStridedMinChunk positions (so
+  // at most kStridedSplitBlocks of them, well within gridDim.y).
   const int64_t want = std::clamp<int64_t>(ceil_div(kStridedSplitBlocks, tiles), 1,
                                            std::max<int64_t>(1, d.axis_len / kStridedMinChunk));
-  const int64_t chunk = std::max({int64_t{1}, ceil_div(d.axis_len, want), ceil_div(d.axis_len, 65535)});
+  const int64_t chunk = std::max<int64_t>(1, ceil_div(d.axis_len, want));
   const int chunks = static_cast<int>(ceil_div(d.axis_len, chunk));
   const bool split = chunks > 1;
   const int ty = std::min(kStridedThreads / tx, 1 << std::min(8, log2_ceil(chunk)));

@@ -109,9 +109,9 @@ at::ScalarType scalar_type(int code) {
   return kTypes[code];
 }
 
-PyObject* python_path(PyObject* const* args, Py_ssize_t nargs) {
+PyObject* python_path(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames = nullptr) {
   ++g_python;
-  return PyObject_Vectorcall(g_python_run, args, static_cast<size_t>(nargs), nullptr);
+  return PyObject_Vectorcall(g_python_run, args, static_cast<size_t>(nargs), kwnames);
 }
 
 // A new reference, dropped at scope exit.
@@ -334,10 +334,7 @@ PyObject* run(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs, PyObj
     PyErr_SetString(PyExc_RuntimeError, "gradops._torch_call: init() has not been called");
     return nullptr;
   }
-  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {  // out=, num_threads= by name: as given
-    ++g_python;
-    return PyObject_Vectorcall(g_python_run, args, static_cast<size_t>(nargs), kwnames);
-  }
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) return python_path(args, nargs, kwnames);  // out= by name
   if (nargs < 4 || nargs > 6) return python_path(args, nargs);
   PyObject* out_arg = nargs > 4 ? args[4] : Py_None;
   long threads = 0;

@@ -196,7 +196,9 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
     finish(r0, FoldBlocks(d, n, init, first_step(r0), combine));
     for (int64_t r = r0; r < r1; ++r) {
       const auto value = row_value(r, true);
-      const auto value_after = row_value(r, false);  // row r's values once scratch holds row r + 1's
+      // Row r's values once scratch holds row r + 1's. Made here, not where it is used: the lambda
+      // copies s and t, which finish(r + 1) overwrites with row r + 1's sums.
+      const auto value_after = row_value(r, false);
       const bool next = r + 1 < r1;
       // Joined: row r's write stops at the last stream boundary before row r + 1 (rows are at
       // least two units long, so past its head).

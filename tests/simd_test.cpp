@@ -111,6 +111,37 @@ TEST_P(SimdTarget, SoftmaxRowsStreamedAsOneRunAnyThreadCount) {
   cpu::set_stream_min_bytes(-1);
 }
 
+// The same for the LayerNorm gradients, whose joined unit also adds two rows (possibly of two
+// chunks) into the dscale/dbias partial rows: rows of 33 to 1000 columns, many chunks, 1 and 3
+// threads, both base alignments; the oracle's values, and the same bits for every thread count and
+// either alignment.
+TEST_P(SimdTarget, LayerNormGradRowsStreamedAsOneRunAnyThreadCount) {
+  cpu::set_stream_min_bytes(0);
+  uint64_t seed = 900;
+  for (OpId id : {OpId::LayerNormalizationGrad, OpId::SimplifiedLayerNormalizationGrad,
+                  OpId::InvertibleLayerNormalizationGrad})
+    for (const TypeSignature& sig : op_schema(id).signatures)
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{800, 131}, {700, 33}, {600, 64}, {150, 1000}}) {
+        std::vector<std::vector<double>> first;
+        for (bool misaligned : {false, true})
+          for (int threads : {1, 3}) {
+            Problem p;
+            p.op = id;
+            p.sig = sig;
+            p.shape = shape;
+            p.misaligned = misaligned;
+            p.seed = seed;
+            p.threads = threads;
+            const Report r = run_case(p);
+            EXPECT_TRUE(r.pass) << GetParam() << ": " << r.detail;
+            if (first.empty()) first = r.outputs;
+            else EXPECT_EQ(first, r.outputs) << GetParam() << ": " << describe(p);
+          }
+        ++seed;
+      }
+  cpu::set_stream_min_bytes(-1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, SimdTarget, ::testing::ValuesIn(targets()),
                          [](const auto& info) { return info.param; });
 

@@ -146,13 +146,16 @@ HWY_INLINE Vec<D> KeepValid(D d, Vec<D> v, int64_t valid) {
 
 // ---- per-call scratch ----------------------------------------------------------------------------
 
-// Elements per scratch row: cols and a whole vector of slack (a partial vector is loaded and stored
-// whole there), a multiple of 16 so that every row stays 64-byte aligned.
-int64_t ScratchStride(int64_t cols) { return (cols + 16 + 15) / 16 * 16; }
+// Elements per scratch row: kLead before the row, cols, and a whole vector of slack after it (a
+// partial vector is loaded and stored whole there), a multiple of 16 so that every row stays
+// 64-byte aligned. The lead is room for a vector that starts up to a vector before column 0: a
+// gradient row joined to the one before it (GradRange) computes its first lanes there.
+constexpr int64_t kLead = 16;
+int64_t ScratchStride(int64_t cols) { return (cols + 16 + 15) / 16 * 16 + kLead; }
 
-// One workspace for a call: per-column rows (scale and bias widened to the compute type, zero past
-// cols, so that every vector load of them is a whole one), dscale/dbias partials, and each thread's
-// ring of parked rows.
+// One workspace for a call: per-column rows (scale and bias widened to the compute type, zero before
+// and past cols, so that every vector load of them is a whole one), dscale/dbias partials, and each
+// thread's ring of parked rows. Every row starts kLead elements into its stride.
 template <class A>
 struct Scratch {
   ::gradops::detail::Workspace ws;
@@ -166,20 +169,18 @@ struct Scratch {
   Status Allocate(const Context& ctx, std::string_view op, int64_t cols, int64_t stride, const V* scale_in,
                   const V* bias_in, int64_t partial_len, int64_t threads, int64_t ring) {
     const int64_t cols_rows = bias_in ? 2 : 1;
-    const int64_t total = cols_rows * stride + partial_len + threads * ring;
+    const int64_t total = cols_rows * stride + partial_len + threads * ring + kLead;  // every row shifted by kLead
     if (Status s = ws.allocate(ctx, Device::cpu(), sizeof(A) * static_cast<std::size_t>(total), op); !s) return s;
     A* p = ws.as<A>();
-    scale = p;
-    bias = bias_in ? p + stride : nullptr;
-    partials = p + cols_rows * stride;
+    std::fill(p, p + cols_rows * stride, A(0));
+    scale = p + kLead;
+    bias = bias_in ? scale + stride : nullptr;
+    partials = scale + cols_rows * stride;
     rings = partials + partial_len;
     ring_len = ring;
     for (int64_t r = 0; r < cols_rows; ++r) {
       const V* in = r == 0 ? scale_in : bias_in;
-      A* out = p + r * stride;
-      int64_t j = 0;
-      for (; j < cols; ++j) out[j] = load<A>(in, j);
-      for (; j < stride; ++j) out[j] = A(0);
+      for (int64_t j = 0; j < cols; ++j) scale[r * stride + j] = load<A>(in, j);
     }
     return {};
   }
@@ -244,11 +245,12 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
   constexpr bool kS1 = K != Kind::rms_grad;  // RMSNorm has no S1 term
   constexpr bool kDbias = kPartials && K != Kind::rms_grad;
 
-  // xhat at [j, j + valid) of row i (src at the row).
-  auto xhat = [=](const auto* HWY_RESTRICT src, int64_t j, int64_t valid, VA mu, VA r) HWY_ATTR {
+  // xhat at [j, j + valid) of row i (src, sc and bi at the same column of the row, scale and bias).
+  auto xhat = [=](const auto* HWY_RESTRICT src, const A* HWY_RESTRICT sc, const A* HWY_RESTRICT bi, int64_t j,
+                  int64_t valid, VA mu, VA r) HWY_ATTR {
     const VA v = LoadWideN(d, src + j, valid);
     if constexpr (K == Kind::invertible_grad)
-      return hn::Div(hn::Sub(v, hn::LoadU(d, bias + j)), hn::LoadU(d, scale + j));
+      return hn::Div(hn::Sub(v, hn::LoadU(d, bi + j)), hn::LoadU(d, sc + j));
     else if constexpr (K == Kind::rms_grad)
       return hn::Mul(v, r);
     else
@@ -264,22 +266,27 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
       PrefetchAhead(dy + j);
       PrefetchAhead(src + j);
       const VA g = Product(d, LoadWideN(d, dy + j, valid), hn::Load(d, scale + j));
-      const VA xh = KeepValid(d, xhat(src, j, valid, mu, r), valid);
+      const VA xh = KeepValid(d, xhat(src, scale, bias, j, valid, mu, r), valid);
       if constexpr (kParkXhat<K>) hn::Store(xh, d, parked + j);
       if constexpr (kS1) s1 = hn::Add(s1, g);
       s2 = hn::MulAdd(g, xh, s2);
     };
   };
-  // The write pass of row i, from cache, into the partial rows ps and pb.
-  auto write = [&](int64_t i, const A* parked, A sum1, A sum2, A* ps, A* pb) {
-    const V* HWY_RESTRICT dy = a.dy + i * n;
-    const auto* HWY_RESTRICT src = a.src + i * n;
+  // The write pass of row i from column k0 on (value(j) is column k0 + j), from cache, into the
+  // partial rows ps and pb.
+  auto write = [&](int64_t i, const A* parked, A sum1, A sum2, A* ps, A* pb, int64_t k0) {
+    const V* HWY_RESTRICT dy = a.dy + i * n + k0;
+    const auto* HWY_RESTRICT src = a.src + i * n + k0;
+    const A* HWY_RESTRICT sc = scale + k0;
+    const A* HWY_RESTRICT bi = K == Kind::invertible_grad ? bias + k0 : nullptr;
+    if (kParkXhat<K>) parked += k0;
+    if (kPartials) ps += k0, pb += k0;
     const VA mu = hn::Set(d, K == Kind::ln_grad ? load<A>(a.mean, i) : A(0));
     const VA r = hn::Set(d, load<A>(a.inv_std, i));
     const VA m1 = hn::Set(d, sum1 / A(n)), m2 = hn::Set(d, sum2 / A(n));
     return [=](int64_t j, int64_t valid) HWY_ATTR {
       const VA gy = LoadWideN(d, dy + j, valid);
-      const VA xh = kParkXhat<K> ? hn::LoadU(d, parked + j) : xhat(src, j, valid, mu, r);
+      const VA xh = kParkXhat<K> ? hn::LoadU(d, parked + j) : xhat(src, sc, bi, j, valid, mu, r);
       if constexpr (kPartials) {
         // A partial vector's other lanes belong to other columns (or none): they stay as they are.
         const VA old_s = hn::LoadU(d, ps + j);
@@ -293,14 +300,15 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
           hn::StoreU(new_b, d, pb + j);
         }
       }
-      const VA g = Product(d, gy, hn::LoadU(d, scale + j));
+      const VA g = Product(d, gy, hn::LoadU(d, sc + j));
       return hn::Mul(r, hn::NegMulAdd(xh, m2, kS1 ? hn::Sub(g, m1) : g));
     };
   };
 
   const int64_t r0 = a.chunks.begin(c0), r1 = a.chunks.begin(c1);
   if (r0 >= r1) return;
-  // The partial rows of row t's chunk, zeroed as the write passes (in row order) enter it.
+  // The partial rows of row t's chunk, zeroed (with their leads) as the write passes (in row order)
+  // enter it.
   int64_t c = c0 - 1, next_chunk = r0;
   A *ps = nullptr, *pb = nullptr;
   auto enter = [&](int64_t t) {
@@ -309,23 +317,57 @@ HWY_FLATTEN void GradRange(const GradArgs<K, T, U, V>& a, int64_t c0, int64_t c1
     next_chunk = a.chunks.begin(c + 1);
     ps = a.partials + 2 * c * stride;
     pb = ps + stride;
-    std::fill(ps, ps + (kDbias ? 2 : 1) * stride, A(0));
+    std::fill(ps - kLead, ps - kLead + (kDbias ? 2 : 1) * stride, A(0));
   };
+  if constexpr (kParkXhat<K>) std::fill(ring - kLead, ring + stride, A(0));  // read, unused, by a joined row's lead
+  // Joined rows (as in softmax.cpp): where streamed dx rows do not start on a stream unit, row t's
+  // write stops at the last unit boundary before row t + 1, and the unit the two rows share goes
+  // out once, after row t + 1's reduction (the same loop step), its lanes from either row's write
+  // pass; row t + 1's write then starts past it. Otherwise both rows would write the shared line
+  // with normal stores, each reading it from memory first: 128-column f32 rows on a base 16 bytes
+  // past a line ran at 0.52 of copy against 0.89 aligned (lab/cpu/NOTES.md section 17). Every
+  // element and every partial-row column gets the same values, in the same row order, either way.
+  const int64_t unit = L * kStreamVectors<decltype(d), T>;  // elements a stream store writes
+  const uintptr_t unit_bytes = static_cast<uintptr_t>(unit) * sizeof(T);
+  const bool join = kStream && n >= 2 * unit && reinterpret_cast<uintptr_t>(a.dx) % sizeof(T) == 0;
+  int64_t skip = 0;  // row t's first columns, written with row t - 1's last unit
   // Row t's sums and parked xhat at slot (t - r0) mod 2.
   A sums[2][2] = {};
   const auto plus = [](A p, A q) { return p + q; };
   VA s1, s2;
   for (int64_t t = r0 - 1; t < r1; ++t) {
     const int64_t f = t + 1, fs = (f - r0) & 1, ws = fs ^ 1, w = std::max(t, r0);
-    const bool more = f < r1;
-    if (t >= r0) enter(t);
+    const bool more = f < r1, writing = t >= r0;
+    if (writing) enter(t);
+    const int64_t k0 = writing ? skip : 0;
+    int64_t end = n;  // row t's write stops here
+    if (join && writing && more) end = n - static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.dx + f * n) % unit_bytes / sizeof(T));
     FoldPairWriting<kStream>(d, more ? n : 0, fold(more ? f : w, kParkXhat<K> ? ring + fs * stride : nullptr),
-                             a.dx + w * n, t >= r0 ? n : 0,
-                             write(w, kParkXhat<K> ? ring + ws * stride : nullptr, sums[ws][0], sums[ws][1], ps, pb),
+                             a.dx + w * n + k0, writing ? end - k0 : 0,
+                             write(w, kParkXhat<K> ? ring + ws * stride : nullptr, sums[ws][0], sums[ws][1], ps, pb, k0),
                              s1, s2);
     if (more) {
       sums[fs][0] = kS1 ? ReduceLanes(d, s1, plus) : A(0);
       sums[fs][1] = ReduceLanes(d, s2, plus);
+    }
+    skip = 0;
+    if (end < n) {  // the unit rows t and t + 1 share: lanes [0, mine) of each vector are row t's
+      // Their own copies of the write passes: FoldPairWriting's keeps its captures in registers.
+      const auto value = write(w, kParkXhat<K> ? ring + ws * stride : nullptr, sums[ws][0], sums[ws][1], ps, pb, k0);
+      enter(f);
+      const auto next = write(f, kParkXhat<K> ? ring + fs * stride : nullptr, sums[fs][0], sums[fs][1], ps, pb, 0);
+      VA part[2] = {hn::Zero(d), hn::Zero(d)};
+      for (int64_t v = 0; v < kStreamVectors<decltype(d), T>; ++v) {
+        const int64_t o = v * L, mine = std::clamp<int64_t>(n - end - o, 0, L);
+        // Row t + 1's lanes start at its column end + o - n, negative where the vector starts in
+        // row t: those lanes read row t's inputs and the leads of the per-column rows, and are
+        // discarded.
+        if (mine == L) part[v] = value(end - k0 + o, L);
+        else if (mine == 0) part[v] = next(end + o - n, L);
+        else part[v] = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(mine)), value(end - k0 + o, mine), next(end + o - n, L));
+      }
+      StreamNarrow(d, part[0], part[1], a.dx + w * n + end);
+      skip = unit - (n - end);
     }
   }
 }

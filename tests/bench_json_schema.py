@@ -12,7 +12,7 @@ NUM = (int, float)
 OPT_NUM = (int, float, type(None))
 
 TOP = {"schema": str, "complete": bool, "date": str, "gradops": dict, "machine": dict, "device": str,
-       "seed": int, "suite": str, "copy": (dict, type(None)), "cases": list}
+       "seed": int, "suite": str, "misalign_bytes": int, "copy": (dict, type(None)), "cases": list}
 GRADOPS = {"version": str, "build_type": str, "compiler": str, "cuda": bool}
 MACHINE = {"cpu": str, "cores": int, "logical_cpus": int, "threads": int, "llc_bytes": int, "memory_bytes": int}
 COPY = {"method": str, "threads": int, "buffer_bytes": int, "median_us": OPT_NUM, "gbps": OPT_NUM,

@@ -430,6 +430,7 @@ struct RunInfo {
   Device device;
   uint64_t seed = 0;
   const char* suite = "default";
+  int misalign_bytes = 0;
 };
 
 // The schema "gradops-bench/1" (docs/cli.md; tests/bench_json_test.py pins it). Rewritten after
@@ -454,6 +455,7 @@ bool write_json(const std::string& path, const RunInfo& run, const Copy& copy, c
   j["device"] = device_type_name(run.device.type);
   j["seed"] = run.seed;
   j["suite"] = run.suite;
+  j["misalign_bytes"] = run.misalign_bytes;
   if (run.device.type != DeviceType::cpu) {
     j["copy"] = nullptr;  // no device-to-device copy reference yet
   } else {
@@ -537,7 +539,7 @@ int bench_main(std::span<char* const> args) {
   std::string device_name = "cpu";
   std::vector<std::string> op_values, dtype_values, shape_values, attr_values;
   uint64_t seed = fresh_seed();
-  int threads = 0, repeats = 0;
+  int threads = 0, repeats = 0, misalign = 0;
   bool quick = false, full = false;
   std::string json_path;
   app.add_option("--device", device_name, "cpu (default) or cuda")->type_name("DEVICE");
@@ -559,6 +561,11 @@ int bench_main(std::span<char* const> args) {
   app.add_option("--repeats", repeats, "timed runs per case (default: at least 10, and about 0.5 s worth)")
       ->type_name("N")
       ->check(CLI::Range(1, 1000000));
+  app.add_option("--misalign", misalign,
+                 "place every tensor BYTES past a 64-byte boundary, checked and timed there (default 0;\n"
+                 "numpy's large arrays start 16 bytes past one)")
+      ->type_name("BYTES")
+      ->check(CLI::Range(0, 63));
   CLI::Option* quick_opt = app.add_flag("--quick", quick, "small shapes and short timing: a smoke test for CI");
   app.add_flag("--full", full, "the full suite: the shapes of the performance targets, f16 too")->excludes(quick_opt);
   app.add_option("--json", json_path, "also write the results to FILE as JSON")->type_name("FILE");
@@ -630,6 +637,7 @@ int bench_main(std::span<char* const> args) {
     p.skip_output = sc.skip_output;
     p.threads = threads;
     p.device = device;
+    p.misalign_bytes = misalign;
     if (std::string message; !validate_problem(p, &message, &pl.impl)) {
       const bool from_user = !user_shapes.empty() || !user_attrs.empty();
       if (from_user) return usage_error("bench", message);
@@ -651,7 +659,7 @@ int bench_main(std::span<char* const> args) {
     plan.push_back(std::move(pl));
   }
 
-  RunInfo run{machine, used_threads, device, seed, quick ? "quick" : full ? "full" : "default"};
+  RunInfo run{machine, used_threads, device, seed, quick ? "quick" : full ? "full" : "default", misalign};
   fmt::print("gradops {} bench ({} suite): {}, {}, {} cores, {} threads, seed {}\n", GRADOPS_VERSION, run.suite,
              device_type_name(device.type), machine.cpu, machine.cores, used_threads, seed);
   Copy copy;

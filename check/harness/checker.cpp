@@ -199,7 +199,7 @@ std::unique_ptr<Case> Case::tiled(const Problem& p, const Case& checked) {
   for (std::size_t i = 0; i < ni; ++i) {
     if (!c.in_buf[i]) continue;
     const Buffer& from = *c.in_buf[i];
-    auto& b = m.in_buf[i] = std::make_unique<Buffer>(from.dtype, shape_at(i), false, 0, dev);
+    auto& b = m.in_buf[i] = std::make_unique<Buffer>(from.dtype, shape_at(i), false, p.misalign_bytes, dev);
     const std::size_t n = b->nbytes(), period = from.nbytes();
     const std::byte* src = from.bytes.get() + from.offset;
     for (std::size_t at = 0; period && at < n; at += period) std::memcpy(b->host() + at, src, std::min(period, n - at));
@@ -209,7 +209,7 @@ std::unique_ptr<Case> Case::tiled(const Problem& p, const Case& checked) {
   }
   for (std::size_t o = 0; o < no; ++o) {
     if (!c.out_buf[o]) continue;
-    auto& b = m.out_buf[o] = std::make_unique<Buffer>(c.out_buf[o]->dtype, shape_at(ni + o), false, 0, dev);
+    auto& b = m.out_buf[o] = std::make_unique<Buffer>(c.out_buf[o]->dtype, shape_at(ni + o), false, p.misalign_bytes, dev);
     m.out_view[o] = b->view(p.device);
     m.out_ptr[o] = &m.out_view[o];
   }

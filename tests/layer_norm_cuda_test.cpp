@@ -150,6 +150,36 @@ TEST_F(LayerNormCuda, RepeatedRunsAreBitwiseIdentical) {
     }
 }
 
+// Gradients with many large partial rows (a row a block, written in 16-byte pieces, and several
+// rows a block, folded first; block counts even and odd): the oracle's and the CPU's values, and
+// the same bits on every run.
+TEST_F(LayerNormCuda, LargePartialRowsMatchOracleAndCpu) {
+  struct Shape {
+    std::vector<int64_t> shape;
+    DType t;
+  };
+  const Shape shapes[] = {{{2048, 1024}, DType::f32}, {{1000, 768}, DType::bf16}, {{600, 8192}, DType::bf16},
+                          {{530, 4096}, DType::f32}};
+  uint64_t seed = 12000;
+  for (OpId id : family_ops(OpFamily::layer_norm)) {
+    if (!op_schema(id).gradient) continue;
+    for (const Shape& s : shapes) {
+      Problem p = problem(id, {{s.t, DType::f32, s.t}}, s.shape, 1, seed++);
+      ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+      Case c(p);
+      std::vector<std::vector<double>> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        c.poison_outputs();
+        ASSERT_TRUE(c.run().is_ok()) << describe(p);
+        const Report r = c.compare();
+        ASSERT_TRUE(r.pass) << r.detail;
+        if (rep == 0) first = r.outputs;
+        else ASSERT_EQ(r.outputs, first) << describe(p) << ": run 1 differs from run 0";
+      }
+    }
+  }
+}
+
 // LayerNormalizationGrad over more than 2^31 elements (bf16), on the held path (cols of whole
 // packs) and the general one (an odd cols): rows repeat with period 3, so dx of any row and every
 // dscale/dbias column have a closed form the host computes in double.

@@ -228,6 +228,27 @@ __device__ __forceinline__ void store_pack(P* p, const P& v) {
   }
 }
 
+// Stores v[0, N) at dst (16-byte aligned where N values fill whole 16-byte pieces) in 16-byte
+// pieces. A thread writing its N consecutive column sums element by element makes each store of a
+// warp touch 32 sectors for a few bytes each; in pieces, a warp's stores fill whole sectors between
+// them.
+template <int N, class A>
+__device__ __forceinline__ void store_pieces(A* dst, const A (&v)[N]) {
+  constexpr int kPiece = 16 / static_cast<int>(sizeof(A));
+  if constexpr (N % kPiece == 0) {
+#pragma unroll
+    for (int q = 0; q < N / kPiece; ++q) {
+      Pack<A, kPiece> piece;
+#pragma unroll
+      for (int i = 0; i < kPiece; ++i) piece.v[i] = v[q * kPiece + i];
+      reinterpret_cast<Pack<A, kPiece>*>(dst)[q] = piece;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) dst[j] = v[j];
+  }
+}
+
 // Elements of T in a 16-byte pack.
 template <class T>
 inline constexpr int kPackElems = static_cast<int>(16 / sizeof(T));

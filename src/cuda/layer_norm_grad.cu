@@ -220,29 +220,16 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
   if (want_partial) {
     A* part_s = static_cast<A*>(a.partial) + grp * a.cols;
     A* part_b = static_cast<A*>(a.partial) + (a.groups + grp) * a.cols;
-    constexpr int CH = 16 / static_cast<int>(sizeof(A));
-    static_assert(VEC % CH == 0, "a pack is whole 16-byte pieces of the compute type");
-    using PA = Pack<A, CH>;
     if (rows_per_block == 1) {
-      // In 16-byte pieces: a warp's stores then fill whole 32-byte sectors between two of them.
-      // Element by element, each store of a warp touched 32 sectors for 4 bytes each, and these
-      // stores, all at the grid's end, were most of what dscale and dbias cost (bf16 4096x8192:
-      // 124 us with them against 76 us for dX alone).
+      // In 16-byte pieces: element by element, these stores, all at the grid's end, were most of
+      // what dscale and dbias cost (bf16 4096x8192: 124 us with them against 76 us for dX alone).
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const int64_t p = static_cast<int64_t>(k) * lanes + t;
-        if (p < packs)
-#pragma unroll
-          for (int q = 0; q < VEC / CH; ++q) {
-            PA vs, vb;
-#pragma unroll
-            for (int i = 0; i < CH; ++i) {
-              vs.v[i] = ps[k][q * CH + i];
-              vb.v[i] = pb[kHasDbias<K> ? k : 0][q * CH + i];
-            }
-            reinterpret_cast<PA*>(part_s + p * VEC)[q] = vs;
-            if constexpr (kHasDbias<K>) reinterpret_cast<PA*>(part_b + p * VEC)[q] = vb;
-          }
+        if (p < packs) {
+          store_pieces<VEC>(part_s + p * VEC, ps[k]);
+          if constexpr (kHasDbias<K>) store_pieces<VEC>(part_b + p * VEC, pb[k]);
+        }
       }
     } else {
       // The block's row groups folded in group order, one pack index k at a time: every group
@@ -250,6 +237,9 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
       // 16-byte pieces), then the whole block adds each column over the groups in order, (g0 + g1)
       // + g2 ..., and writes it. All warps work on every round: no group waits for another's fold.
       constexpr int outs = kHasDbias<K> ? 2 : 1;
+      constexpr int CH = 16 / static_cast<int>(sizeof(A));
+      static_assert(VEC % CH == 0, "a pack is whole 16-byte pieces of the compute type");
+      using PA = Pack<A, CH>;
       const int width = lanes * VEC;
       A* fold = reinterpret_cast<A*>(smem_raw + held_column_bytes<K, S, N>(blockDim.x));
 #pragma unroll

@@ -23,32 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "lab_timing.hpp"
+
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// Two threads, each copying its half with a non-temporal loop (the faster copy on this machine at
-// these sizes, as axis_lab.cpp measured).
-void stream2(char* dst, const char* src, size_t bytes) {
-#pragma omp parallel num_threads(2)
-  {
-    const size_t half = bytes / 128 * 64, t = static_cast<size_t>(omp_get_thread_num());
-    const size_t b0 = t * half, b1 = t ? bytes / 64 * 64 : half;
-    size_t b = b0;
-    for (; b + 256 <= b1; b += 256) {
-      _mm_prefetch(src + b + 4096, _MM_HINT_T0);
-      _mm_prefetch(src + b + 4096 + 128, _MM_HINT_T0);
-      const __m512i v0 = _mm512_load_si512(src + b), v1 = _mm512_load_si512(src + b + 64);
-      const __m512i v2 = _mm512_load_si512(src + b + 128), v3 = _mm512_load_si512(src + b + 192);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), v0);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b + 64), v1);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b + 128), v2);
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b + 192), v3);
-    }
-    for (; b < b1; b += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b), _mm512_load_si512(src + b));
-  }
-  _mm_sfence();
-}
 
 // 64-byte aligned; MIS=B moves the base B bytes past the boundary (tensors only, not the copy's).
 struct Buffer {
@@ -61,23 +40,6 @@ struct Buffer {
   }
   ~Buffer() { std::free(base); }
 };
-
-uint16_t to_bf16(float f) {  // round to nearest even (no NaN here)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

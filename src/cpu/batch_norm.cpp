@@ -125,6 +125,7 @@ constexpr int64_t kMinWidth = 800;        // columns form: narrower rows are mer
 constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
+constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
 
 template <class D> using V = hn::Vec<D>;
 
@@ -312,7 +313,13 @@ class Kernel {
     }
     // ---- reduce, combine ----
     reduce_all();
-    parallel_for(c, std::max<int64_t>(1, kGrain / p_.pieces), ctx_, [&](int64_t c0, int64_t c1) {
+    // A piece costs tens of nanoseconds to combine (the forward's in f64), not an element's
+    // fraction of one: with kGrain / pieces channels a thread, 1,024 channels of 49 pieces (NHWC
+    // 32x14x14x1024) took 2 of 16 threads and most of the call. One thread for few pieces, else
+    // every thread (a region of a few threads between full ones measured slower; lab/cpu/NOTES.md
+    // section 18).
+    const int64_t all = max_threads(ctx_);
+    parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, all), ctx_, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) combine(ch);
     });
     if (mode == Mode::reduce) {

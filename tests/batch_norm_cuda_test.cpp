@@ -170,16 +170,7 @@ TEST_F(BatchNormCuda, RepeatedRunsAreBitwiseIdentical) {
     for (bool last : {false, true})
       for (const auto& shape : shapes) {
         Problem p = bn_problem(id, {{DType::f32, DType::f32, DType::f32}}, shape, last, 77);
-        Case c(p);
-        std::vector<std::vector<double>> first;
-        for (int rep = 0; rep < 3; ++rep) {
-          c.poison_outputs();
-          ASSERT_TRUE(c.run().is_ok()) << describe(p);
-          const Report r = c.compare();
-          ASSERT_TRUE(r.pass) << r.detail;
-          if (rep == 0) first = r.outputs;
-          else ASSERT_EQ(r.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
-        }
+        ASSERT_NO_FATAL_FAILURE(check_same_bits_every_run(p));
       }
 }
 

@@ -85,6 +85,21 @@ inline void check_gpu_and_cpu(Problem p) {
   }
 }
 
+// p run `runs` times on one prepared case (outputs poisoned before each run): every run matches
+// the oracle and has run 0's bits.
+inline void check_same_bits_every_run(const Problem& p, int runs = 3) {
+  Case c(p);
+  std::vector<std::vector<double>> first;
+  for (int rep = 0; rep < runs; ++rep) {
+    c.poison_outputs();
+    ASSERT_TRUE(c.run().is_ok()) << describe(p);
+    const Report r = c.compare();
+    ASSERT_TRUE(r.pass) << r.detail;
+    if (rep == 0) first = r.outputs;
+    else ASSERT_EQ(r.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
+  }
+}
+
 // ---- hand-made buffers and streams ---------------------------------------------------------
 
 struct DeviceBuffer {

@@ -137,16 +137,7 @@ TEST_F(LayerNormCuda, RepeatedRunsAreBitwiseIdentical) {
   for (OpId id : family_ops(OpFamily::layer_norm))
     for (const std::vector<int64_t>& shape : shapes) {
       Problem p = problem(id, {{DType::f32, DType::f32, DType::f32}}, shape, 1, 77);
-      Case c(p);
-      std::vector<std::vector<double>> first;
-      for (int rep = 0; rep < 3; ++rep) {
-        c.poison_outputs();
-        ASSERT_TRUE(c.run().is_ok()) << describe(p);
-        const Report r = c.compare();
-        ASSERT_TRUE(r.pass) << r.detail;
-        if (rep == 0) first = r.outputs;
-        else ASSERT_EQ(r.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
-      }
+      ASSERT_NO_FATAL_FAILURE(check_same_bits_every_run(p));
     }
 }
 
@@ -166,16 +157,7 @@ TEST_F(LayerNormCuda, LargePartialRowsMatchOracleAndCpu) {
     for (const Shape& s : shapes) {
       Problem p = problem(id, {{s.t, DType::f32, s.t}}, s.shape, 1, seed++);
       ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
-      Case c(p);
-      std::vector<std::vector<double>> first;
-      for (int rep = 0; rep < 2; ++rep) {
-        c.poison_outputs();
-        ASSERT_TRUE(c.run().is_ok()) << describe(p);
-        const Report r = c.compare();
-        ASSERT_TRUE(r.pass) << r.detail;
-        if (rep == 0) first = r.outputs;
-        else ASSERT_EQ(r.outputs, first) << describe(p) << ": run 1 differs from run 0";
-      }
+      ASSERT_NO_FATAL_FAILURE(check_same_bits_every_run(p, 2));
     }
   }
 }

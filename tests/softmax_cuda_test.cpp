@@ -171,16 +171,7 @@ TEST_F(Cuda, SoftmaxRepeatedRunsAreBitwiseIdentical) {
     p.shape = r.shape;
     p.attrs = {{"axis", static_cast<double>(r.axis)}};
     p.device = Device::cuda();
-    Case c(p);
-    std::vector<std::vector<double>> first;
-    for (int rep = 0; rep < 3; ++rep) {
-      c.poison_outputs();
-      ASSERT_TRUE(c.run().is_ok()) << describe(p);
-      const Report rep_report = c.compare();
-      ASSERT_TRUE(rep_report.pass) << rep_report.detail;
-      if (rep == 0) first = rep_report.outputs;
-      else ASSERT_EQ(rep_report.outputs, first) << describe(p) << ": run " << rep << " differs from run 0";
-    }
+    ASSERT_NO_FATAL_FAILURE(check_same_bits_every_run(p));
   }
 }
 

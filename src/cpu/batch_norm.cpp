@@ -318,8 +318,7 @@ class Kernel {
     // 32x14x14x1024) took 2 of 16 threads and most of the call. One thread for few pieces, else
     // every thread (a region of a few threads between full ones measured slower; lab/cpu/NOTES.md
     // section 18).
-    const int64_t all = max_threads(ctx_);
-    parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, all), ctx_, [&](int64_t c0, int64_t c1) {
+    parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, max_threads(ctx_)), ctx_, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) combine(ch);
     });
     if (mode == Mode::reduce) {

@@ -114,7 +114,7 @@ const char* cuda_softmax_strided_held_declines(const SoftmaxDesc& d) {
   if (plan.blocks == 1) return nullptr;
   // A forward held by a cluster exchanges statistics across it twice a tile (the max, then the sum
   // of exponentials); the split two-pass kernel was measured faster for 17 of the suite's 18 such
-  // cases on an H100 (docs/performance.md). The held kernel's cluster forwards are now unused.
+  // cases on an H100 (docs/performance.md); the held kernel is not built for them.
   if (!cuda::is_grad(d.kind)) return "declines: forwards over a cluster of blocks run faster split (cuda:strided)";
   const std::string_view op = op_schema(d.op).name;
   cuda::DeviceInfo dev;

@@ -383,14 +383,22 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
                           dim3(static_cast<unsigned>(threads)), kCluster ? p.blocks : 1, 0, stream_of(*ctx), a);
 }
 
+// Forwards are held by one block only: over a cluster they run split (cuda:strided declines them
+// in softmax_rows.cu), so their cluster kernels are not built.
 template <SoftmaxKind K, class T>
 Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                         const Context* ctx, bool* fits) {
-  if (p.vec > 1)
-    return p.blocks > 1 ? held_launch<K, T, kPackElems<T>, true>(op, d, p, dev, ctx, fits)
-                        : held_launch<K, T, kPackElems<T>, false>(op, d, p, dev, ctx, fits);
-  return p.blocks > 1 ? held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits)
-                      : held_launch<K, T, 1, false>(op, d, p, dev, ctx, fits);
+  if (p.blocks > 1) {
+    if constexpr (is_grad(K)) {
+      return p.vec > 1 ? held_launch<K, T, kPackElems<T>, true>(op, d, p, dev, ctx, fits)
+                       : held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits);
+    } else {
+      *fits = false;
+      return {};
+    }
+  }
+  return p.vec > 1 ? held_launch<K, T, kPackElems<T>, false>(op, d, p, dev, ctx, fits)
+                   : held_launch<K, T, 1, false>(op, d, p, dev, ctx, fits);
 }
 
 }  // namespace

@@ -127,6 +127,16 @@ struct HeldArgs {
 
 template <class T, int VEC>
 inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(sizeof(T)));
+// Blocks a multiprocessor is to hold, which bounds the registers a thread may take: 4 for plain
+// blocks of 16-byte units (64 registers, what they take anyway), 3 for clusters (at 96 registers
+// and 2 blocks, the 16-bit cluster gradients ran 0.08-0.12 of copy slower on an H100), 2 for f64
+// and single elements, which need more. Stated even where it is what the compiler would pick: a
+// bound of 1 made it take 8 more registers and lose a block.
+template <class T, int VEC, bool kCluster>
+inline constexpr int kHeldMinBlocks = VEC == 1 || sizeof(T) == 8 ? 2 : kCluster ? 3 : 4;
+// Cluster ranks whose totals a lane loads at once: all 16 took registers that the 16-bit
+// gradients need for their third block.
+constexpr int kRankBatch = 4;
 
 // The shared memory the held kernel's reductions go through, and where a thread sits.
 template <int VEC, class A>
@@ -190,18 +200,21 @@ __device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h,
       for (int j = 0; j < VEC; ++j) sm.rank_total[h.parity][h.tx * VEC + j] = v[j];
     cluster.sync();  // also: every thread of the block is done reading part
     // Lane ty = j takes element j (the cluster path has TY >= 4 VEC): the ranks' values are
-    // loaded at once and then combined in rank order (a chain of dependent remote loads took
-    // longer than the tile's own).
+    // loaded kRankBatch at a time and combined in rank order (a chain of dependent remote loads,
+    // one at a time, took longer than the tile's own).
     if (h.ty < VEC) {
       A* mine = &sm.rank_total[h.parity][h.tx * VEC + h.ty];
-      A x[kMaxCluster];
+      A total = *cluster.map_shared_rank(mine, 0);
+      for (int r0 = 1; r0 < h.C; r0 += kRankBatch) {
+        A x[kRankBatch];
 #pragma unroll
-      for (int r = 0; r < kMaxCluster; ++r)
-        if (r < h.C) x[r] = *cluster.map_shared_rank(mine, r);
+        for (int r = 0; r < kRankBatch; ++r)
+          if (r0 + r < h.C) x[r] = *cluster.map_shared_rank(mine, r0 + r);
 #pragma unroll
-      for (int r = 1; r < kMaxCluster; ++r)
-        if (r < h.C) x[0] = op(x[0], x[r]);
-      sm.part[h.ty][h.tx] = x[0];
+        for (int r = 0; r < kRankBatch; ++r)
+          if (r0 + r < h.C) total = op(total, x[r]);
+      }
+      sm.part[h.ty][h.tx] = total;
     }
     h.parity ^= 1;  // a buffer is written again only after the next cluster barrier
     __syncthreads();
@@ -229,7 +242,7 @@ __device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h,
 // combine of running (max, sum) pairs costs two exps, and a tree of them took longer than the
 // tile's loads). Every tile is read from memory once.
 template <SoftmaxKind K, class T, int VEC, bool kCluster>
-__global__ void __launch_bounds__(kStridedHeldThreads) strided_held_kernel(HeldArgs a) {
+__global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kCluster>) strided_held_kernel(HeldArgs a) {
   constexpr int N = kHeldUnits<T, VEC>;
   using A = compute_t<T>;
   using P = Pack<T, VEC>;

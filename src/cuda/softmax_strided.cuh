@@ -132,8 +132,8 @@ inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(size
 // and 2 blocks, the 16-bit cluster gradients ran 0.08-0.12 of copy slower on an H100), 2 for f64
 // and single elements, which need more. Stated even where it is what the compiler would pick: a
 // bound of 1 made it take 8 more registers and lose a block.
-template <class T, int VEC, bool kCluster>
-inline constexpr int kHeldMinBlocks = VEC == 1 || sizeof(T) == 8 ? 2 : kCluster ? 3 : 4;
+template <class T, int VEC, bool kCluster, int N>
+inline constexpr int kHeldMinBlocks = VEC == 1 || sizeof(T) == 8 || N > kHeldUnits<T, VEC> ? 2 : kCluster ? 3 : 4;
 // Cluster ranks whose totals a lane loads at once: all 16 took registers that the 16-bit
 // gradients need for their third block.
 constexpr int kRankBatch = 4;
@@ -241,9 +241,8 @@ __device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h,
 // Gradients reduce once (the sum); forwards twice, the max and then the sum of exp(x - max) (a
 // combine of running (max, sum) pairs costs two exps, and a tree of them took longer than the
 // tile's loads). Every tile is read from memory once.
-template <SoftmaxKind K, class T, int VEC, bool kCluster>
-__global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kCluster>) strided_held_kernel(HeldArgs a) {
-  constexpr int N = kHeldUnits<T, VEC>;
+template <SoftmaxKind K, class T, int VEC, bool kCluster, int N>
+__global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kCluster, N>) strided_held_kernel(HeldArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
   __shared__ HeldSmem<VEC, A> sm;
@@ -370,10 +369,10 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled
 // on this device, asked at the largest block (fewer threads fit wherever that does); with ctx, it
 // also launches, one tile per cluster.
-template <SoftmaxKind K, class T, int VEC, bool kCluster>
+template <SoftmaxKind K, class T, int VEC, bool kCluster, int N = kHeldUnits<T, VEC>>
 Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                    const Context* ctx, bool* fits) {
-  constexpr auto kernel = strided_held_kernel<K, T, VEC, kCluster>;
+  constexpr auto kernel = strided_held_kernel<K, T, VEC, kCluster, N>;
   *fits = true;
   if constexpr (kCluster) {
     int clusters = 0;
@@ -401,16 +400,22 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
 template <SoftmaxKind K, class T>
 Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                         const Context* ctx, bool* fits) {
+  constexpr int V = kPackElems<T>;
+  if constexpr (is_grad(K) && sizeof(T) <= 4) {
+    if (p.vec > 1 && p.n == kStridedHeldWideUnits)
+      return p.blocks > 1 ? held_launch<K, T, V, true, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits)
+                          : held_launch<K, T, V, false, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits);
+  }
   if (p.blocks > 1) {
     if constexpr (is_grad(K)) {
-      return p.vec > 1 ? held_launch<K, T, kPackElems<T>, true>(op, d, p, dev, ctx, fits)
+      return p.vec > 1 ? held_launch<K, T, V, true>(op, d, p, dev, ctx, fits)
                        : held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits);
     } else {
       *fits = false;
       return {};
     }
   }
-  return p.vec > 1 ? held_launch<K, T, kPackElems<T>, false>(op, d, p, dev, ctx, fits)
+  return p.vec > 1 ? held_launch<K, T, V, false>(op, d, p, dev, ctx, fits)
                    : held_launch<K, T, 1, false>(op, d, p, dev, ctx, fits);
 }
 

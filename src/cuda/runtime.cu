@@ -1,5 +1,6 @@
 // The CUDA backend's runtime glue: the default scratch allocator (stream-ordered, on the context's
 // stream), CUDA errors as statuses, and cached device properties and cluster occupancy.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -65,23 +66,31 @@ Status allow_dynamic_smem(std::string_view op, const void* kernel, const DeviceI
     std::size_t static_bytes = 0, dynamic = 0;
   };
   using Key = std::pair<std::uintptr_t, int>;
+  const Key key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal};
+  // What this thread has seen allowed stays allowed (the limit never falls), so every launch
+  // after a thread's first for a kernel and size takes no lock.
+  thread_local std::map<Key, std::size_t> seen;
+  if (const auto it = seen.find(key); it != seen.end() && it->second >= bytes) return {};
   static std::mutex mu;
   static std::map<Key, Allowed> allowed;
   std::lock_guard<std::mutex> lock(mu);  // held across the driver calls: the limit never falls
-  Allowed& now = allowed[Key{reinterpret_cast<std::uintptr_t>(kernel), dev.ordinal}];
+  Allowed& now = allowed[key];
   if (!now.asked) {
     cudaFuncAttributes attr{};
     if (Status s = status_of(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes"); !s) return s;
     now.asked = true;
     now.static_bytes = attr.sharedSizeBytes;
   }
-  if (bytes + now.static_bytes <= kDefault || now.dynamic >= bytes) return {};
-  if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(bytes)),
-                           op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-      !s)
-    return s;
-  now.dynamic = bytes;
+  if (bytes + now.static_bytes > kDefault && now.dynamic < bytes) {
+    if (Status s = status_of(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(bytes)),
+                             op, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+        !s)
+      return s;
+    now.dynamic = bytes;
+  }
+  std::size_t& mine = seen[key];
+  mine = std::max(mine, bytes);
   return {};
 }
 

@@ -185,7 +185,10 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
     if (p.units <= p.tx) p.tx = static_cast<int>(p.units * (p.tx / p.units));  // whole inner rows a tile
     p.blocks = 1;
   } else {
+    // Tiles of whole 128-byte lines of a row where its units allow, else of a power of two of
+    // units that divides the row: a tile that straddles two rows reads pieces of lines.
     p.tx = tx_min;
+    while (p.units % p.tx != 0) p.tx /= 2;
     p.ty = kStridedHeldThreads / p.tx;
     const int64_t blocks = ceil_div(p.len, int64_t{p.ty} * p.n);
     p.blocks = blocks <= kMaxCluster ? static_cast<int>(blocks) : 0;

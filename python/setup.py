@@ -61,8 +61,10 @@ def _torch_call_extension():
         elif not os.path.exists(os.path.join(include, "gradops", "gradops.h")):
             why = "gradops' C header is not beside this directory"
         else:
+            import torch
             ext = cpp_extension.CppExtension(
                 "gradops._torch_call", [os.path.join("gradops", "_torch_call.cpp")], include_dirs=[include],
+                define_macros=[("GRADOPS_TORCH_VERSION", '"%s"' % torch.__version__)],
                 extra_compile_args=["-O2", "-std=c++17", "-Wno-deprecated-declarations"])
             required = mode == "1"
 

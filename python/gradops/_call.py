@@ -412,10 +412,15 @@ def _load_torch_call():
         return
     try:
         from . import _torch_call
-        _torch_call.init(_run_python, _stream_of, ctypes.addressof(torch_cuda_allocator))
     except ImportError as e:  # not built, or built for another PyTorch
         _torch_call_state[:] = [False, f"not loaded: {e}"]
         return
+    built_for = getattr(_torch_call, "torch_version", "")
+    if built_for != _torch.__version__:  # the ABI may differ though the symbols resolved
+        _torch_call_state[:] = [False, f"not loaded: built for PyTorch {built_for or '(unknown)'}, running "
+                                       f"{_torch.__version__}; reinstall gradops to rebuild it"]
+        return
+    _torch_call.init(_run_python, _stream_of, ctypes.addressof(torch_cuda_allocator))
     _torch_call_state[:] = [True, f"loaded from {_torch_call.__file__}"]
     run = _torch_call.run
 

@@ -470,4 +470,17 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_torch_call", "gradops' call path
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__torch_call() { return PyModule_Create(&kModule); }
+// The PyTorch this extension was compiled against (setup.py defines it): a build for another
+// release may load yet disagree with it on the ABI, so the loader compares it with torch.__version__.
+#ifndef GRADOPS_TORCH_VERSION
+#define GRADOPS_TORCH_VERSION ""
+#endif
+
+PyMODINIT_FUNC PyInit__torch_call() {
+  PyObject* m = PyModule_Create(&kModule);
+  if (m && PyModule_AddStringConstant(m, "torch_version", GRADOPS_TORCH_VERSION) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

@@ -28,6 +28,24 @@ def test_loaded_where_expected():
 needs = pytest.mark.skipif(not LOADED, reason=f"gradops._torch_call: {WHY}")
 
 
+@needs
+def test_built_for_the_running_pytorch():
+    from gradops import _torch_call
+    assert _torch_call.torch_version == torch.__version__
+
+
+@needs
+def test_an_extension_built_for_another_pytorch_is_not_loaded(monkeypatch):
+    from gradops import _torch_call
+    monkeypatch.setattr(_torch_call, "torch_version", "0.0.0")
+    monkeypatch.setattr(_call, "_torch_call_state", [False, ""])
+    monkeypatch.setattr(_call, "run", _call._run_python)
+    _call._load_torch_call()
+    loaded, why = _call._torch_call_state
+    assert not loaded and "built for PyTorch 0.0.0" in why and torch.__version__ in why
+    assert _call.run is _call._run_python
+
+
 def _stats():
     from gradops import _torch_call
     return _torch_call.stats()

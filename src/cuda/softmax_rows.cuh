@@ -108,11 +108,12 @@ inline bool two_passes_faster(const SoftmaxDesc& d) {
 
 // cuda:strided_held: a block is TX x TY threads, TX units (an element, or a 16-byte pack where inner
 // is a multiple of one and every pointer 16-byte aligned) of consecutive columns of the flattened
-// [outer, inner] space by TY lanes along the axis; each thread holds strided_held_units of each
-// input, N units at axis positions TY apart, so every load instruction of the block reads TY rows
-// of TX units and the loads of a thread are independent. An axis longer than one block holds is
-// split over a cluster of up to 16 blocks. TX is at least 128 bytes of a row where inner allows
-// (whole cache lines); where the axis is short, fewer lanes along it and more columns.
+// [outer, inner] space by TY lanes along the axis; each thread holds N units of each input
+// (strided_held_units, or kStridedHeldWideUnits) at axis positions TY apart, so every load
+// instruction of the block reads TY rows of TX units and the loads of a thread are independent. An
+// axis longer than one block holds is split over a cluster of up to 16 blocks. TX is 128 bytes of
+// a row where inner allows (whole cache lines), on a cluster less where that would straddle two
+// inner rows; where the axis is short, fewer lanes along it and more columns.
 constexpr int kStridedHeldThreads = 256;
 constexpr int kStridedHeldBytes = 64;  // per input and thread: 16 f32 registers
 // Units a thread holds per input: kStridedHeldBytes, at most 16 (32 single 16-bit elements took 175

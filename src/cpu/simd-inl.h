@@ -314,6 +314,16 @@ HWY_INLINE hn::Vec<D> Sigmoid(D d, hn::Vec<D> v) {
   return hn::Div(one, hn::Add(one, VExp(d, hn::Neg(v))));
 }
 
+// j mod w for 32-bit j by two multiplications instead of a division (Lemire, Kaser and Kurz,
+// "Faster remainder by direct computation", 2019): for passes that take one per vector.
+__extension__ using Uint128 = unsigned __int128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
+struct FastMod {
+  uint64_t m;
+  uint32_t w;
+  explicit FastMod(uint32_t w_) : m(~uint64_t{0} / w_ + 1), w(w_) {}
+  uint32_t operator()(uint32_t j) const { return static_cast<uint32_t>((Uint128{m * j} * w) >> 64); }
+};
+
 // ---- elementwise driver ------------------------------------------------------------------------
 
 // Calls f(i, n_valid) for each vector-sized block of [begin, end); the last block is processed

@@ -68,16 +68,6 @@ constexpr int64_t kMaxFoldVectors = 64;  // the most vectors lcm(inner, lanes) m
 
 template <class D> using V = hn::Vec<D>;
 
-// j mod w for 32-bit j by two multiplications instead of a division (Lemire, Kaser and Kurz,
-// "Faster remainder by direct computation", 2019): the folded passes take one per vector.
-__extension__ using Uint128 = unsigned __int128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
-struct FastMod {
-  uint64_t m;
-  uint32_t w;
-  explicit FastMod(uint32_t w_) : m(~uint64_t{0} / w_ + 1), w(w_) {}
-  uint32_t operator()(uint32_t j) const { return static_cast<uint32_t>((Uint128{m * j} * w) >> 64); }
-};
-
 // Splits [0, units) into contiguous ranges of at least `grain` units, one per thread, and runs
 // range(u0, u1, scratch) on each; every thread gets its own `scratch_len` compute values (64-byte
 // aligned).

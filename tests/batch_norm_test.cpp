@@ -39,7 +39,10 @@ std::vector<std::vector<int64_t>> sweep() {
           {2, 0, 5},     {1, 1},        {1, 5},       {5, 1},        {2, 3},       {13, 7},
           {3, 5, 1},     {2, 3, 5},     {4, 3, 63},   {3, 2, 64},    {2, 3, 65},   {2, 3, 5, 7},
           {2, 3, 2, 3, 5}, {1, 1, 1, 1, 1}, {1, 3, 1031}, {5, 2, 419}, {129, 5},  {257, 3, 3},
-          {2, 2049, 3},  {3, 4099},     {65537, 3},   {3, 22000, 2}, {1, 1, 262147}};
+          {2, 2049, 3},  {3, 4099},     {65537, 3},   {3, 22000, 2}, {1, 1, 262147},
+          // NCHW planes (spatial >= 1024) of too few channels to fuse, written as one run a thread
+          // across plane and sample boundaries.
+          {4, 3, 1031}};
 }
 
 TEST(BatchNorm, EveryOpSignatureLayoutShape) {

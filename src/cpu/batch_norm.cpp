@@ -124,6 +124,8 @@ constexpr int64_t kPlaneMin = 1024;       // NCHW spatial size from which runs a
 constexpr int64_t kMinWidth = 800;        // columns form: narrower rows are merged into super-rows
 constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
 constexpr int64_t kJoinedRows = 1 << 20;  // super-rows a write run joins at most: its offsets stay 32-bit
+constexpr int64_t kMaxJoinedElems = int64_t{1} << 31;  // a joined run of planes: offsets stay 32-bit
+constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
@@ -434,6 +436,45 @@ class Kernel {
       }
     };
     WriteRun<kStream>(d, out_ + off_w, n, value);
+  }
+
+  // Planes form, writing only: planes [t0, t1), contiguous, as one run (planes written one a run
+  // shared a cache line at each end where the tensor does not start on one, as rows_run's rows
+  // did). A vector that crosses from one plane into the next takes each lane's own channel.
+  void planes_joined(int64_t t0, int64_t t1) {
+    const D d;
+    const int64_t s = p_.s, ahead = prefetch_ahead();
+    const FastMod plane(static_cast<uint32_t>(s)), channel(static_cast<uint32_t>(p_.c));
+    const A* ca = ca_;
+    const A* cb = cb_;
+    const A* cc = kGrad ? cc_ : ca_;
+    const A* cm = mean_;
+    const T* xw = x_ + t0 * s;
+    const T* gw = kGrad ? dy_ + t0 * s : nullptr;
+    const uint32_t first = static_cast<uint32_t>(t0), c = static_cast<uint32_t>(p_.c);
+    auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
+      const uint32_t q = plane.quotient(static_cast<uint32_t>(j));
+      const int64_t into = j - static_cast<int64_t>(q) * s;  // position in plane q
+      const uint32_t ch = channel(first + q);
+      auto a = hn::Set(d, ca[ch]), b = hn::Set(d, cb[ch]), cv = hn::Set(d, cc[ch]), m = hn::Set(d, cm[ch]);
+      if (into + L > s) {  // lanes s - into and on are the next plane's
+        const uint32_t next = ch + 1 == c ? 0 : ch + 1;
+        const auto mine = hn::FirstN(d, static_cast<size_t>(s - into));
+        a = hn::IfThenElse(mine, a, hn::Set(d, ca[next]));
+        b = hn::IfThenElse(mine, b, hn::Set(d, cb[next]));
+        cv = hn::IfThenElse(mine, cv, hn::Set(d, cc[next]));
+        m = hn::IfThenElse(mine, m, hn::Set(d, cm[next]));
+      }
+      PrefetchLine(xw + j + ahead, j, L);
+      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), m);
+      if constexpr (kGrad) {
+        PrefetchLine(gw + j + ahead, j, L);
+        return hn::MulAdd(a, LoadWideN(d, gw + j, valid), hn::MulAdd(cv, e, b));
+      } else {
+        return hn::MulAdd(e, a, b);
+      }
+    };
+    WriteRun<kStream>(d, out_ + t0 * s, (t1 - t0) * s, value);
   }
 
   // Planes form. Sums the nr values at off_r (kSweep 1: grad *s1 = Σ dY, *s2 = Σ dY·(x - mu),
@@ -798,6 +839,17 @@ class Kernel {
   // backwards, to start with what the reduction left in the caches, measured 5-12% slower on
   // tensors larger than the cache and no faster on the suite's: lab/cpu/NOTES.md, section 10.)
   void write_all() {
+    const int64_t planes = p_.n * p_.c;
+    if (p_.planes && p_.s >= L && p_.s <= kMaxJoinedElems && planes <= kMaxJoinedPlanes &&
+        planes >= kTasksPerThread * max_threads(ctx_)) {
+      // Whole planes a thread, enough of them for every thread: a thread's planes are contiguous,
+      // so they go as long runs (see rows_run).
+      const int64_t most = std::max<int64_t>(1, kMaxJoinedElems / p_.s);
+      ForEachSlot(planes, slot_count(planes, kGrain / p_.s, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t) {
+        for (int64_t ta = t0; ta < t1; ta += most) planes_joined(ta, std::min(t1, ta + most));
+      });
+      return;
+    }
     if (p_.planes) {
       const int64_t tasks = p_.n * p_.c * p_.segs;
       ForEachSlot(tasks, slot_count(tasks, kGrain / p_.seg, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t) {

@@ -322,6 +322,7 @@ struct FastMod {
   uint32_t w;
   explicit FastMod(uint32_t w_) : m(~uint64_t{0} / w_ + 1), w(w_) {}
   uint32_t operator()(uint32_t j) const { return static_cast<uint32_t>((Uint128{m * j} * w) >> 64); }
+  uint32_t quotient(uint32_t j) const { return static_cast<uint32_t>((Uint128{m} * j) >> 64); }  // j / w
 };
 
 // ---- elementwise driver ------------------------------------------------------------------------

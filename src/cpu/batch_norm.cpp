@@ -1,7 +1,7 @@
 // BatchNorm family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable target
 // (Highway), chosen at run time.
 //
-// Every op of the family is plan -> reduce -> combine -> finish -> apply (Job, below): both fused
+// Every op of the family is plan -> reduce -> combine -> finish -> apply (Job, in batch_norm.hpp): both fused
 // ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass; the
 // split's reduce halves stop at the channel sums, its apply halves start from given ones.
 // The values of a channel are cut into pieces fixed by the shape (and the target's lane count);
@@ -50,78 +50,23 @@
 #include <utility>
 
 #include "core/workspace.hpp"
+#include "cpu/batch_norm.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd-inl.h"
 #include "cpu/simd.hpp"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "ops/batch_norm.hpp"
 
-// Defined once, outside the per-target namespaces: every target's entry takes the same Job.
-#ifndef GRADOPS_CPU_BATCH_NORM_JOB
-#define GRADOPS_CPU_BATCH_NORM_JOB
-namespace gradops::cpu::batch_norm {
-// What the kernel does, from any of the family's six descriptors. Every op is built from the same
-// phases: plan (pieces and traversals, from the shape), reduce (piece partials in the compute
-// type), combine (each channel's partials by a fixed pairwise tree into its two sums), finish (the
-// channel's outputs and elementwise coefficients from its sums and count) and apply (the
-// elementwise pass). The fused ops run them all, the split's reduce halves stop after combine and
-// store the sums, the apply halves start at finish from the given sums. Both halves go through the
-// very code the fused op does, so the fused op is bitwise their composition.
-enum class Mode { fused, reduce, apply };
-struct Job : ::gradops::detail::BatchNormShape {
-  bool grad = false;  // BatchNormalizationGrad and its halves
-  const char* op_name = "";  // the op called, for messages
-  Mode mode = Mode::fused;
-  const void* x = nullptr;
-  const void* scale = nullptr;
-  // grad
-  const void* dy = nullptr;
-  const void* mean = nullptr;
-  const void* inv_std = nullptr;
-  void* dx = nullptr;
-  void* dscale = nullptr;
-  void* dbias = nullptr;
-  // forward
-  const void* bias = nullptr;
-  const void* input_mean = nullptr;  // also the shift K of the forward's sums
-  const void* input_var = nullptr;
-  void* y = nullptr;
-  void* running_mean = nullptr;
-  void* running_var = nullptr;
-  void* saved_mean = nullptr;
-  void* saved_inv_std = nullptr;
-  float epsilon = 0;
-  float momentum = 0;
-  // the split
-  // f64 values at any byte address (the C ABI allows any base alignment): read and written through
-  // load_sum and store_sum, never as double lvalues.
-  void* sums_out = nullptr;        // Mode::reduce
-  const void* sums_in = nullptr;   // Mode::apply
-};
-
-inline double load_sum(const void* sums, int64_t i) {
-  double v;
-  std::memcpy(&v, static_cast<const std::byte*>(sums) + i * sizeof(double), sizeof v);
-  return v;
-}
-inline void store_sum(void* sums, int64_t i, double v) {
-  std::memcpy(static_cast<std::byte*>(sums) + i * sizeof(double), &v, sizeof v);
-}
-}  // namespace gradops::cpu::batch_norm
-#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
 using ::gradops::cpu::batch_norm::Job;
+using ::gradops::cpu::batch_norm::kChain;
 using ::gradops::cpu::batch_norm::Mode;
-
-constexpr int64_t kChain = 128;           // sequential additions per accumulator within a piece
-constexpr int64_t kPlaneMin = 1024;       // NCHW spatial size from which runs are folded in place
-constexpr int64_t kMinWidth = 800;        // columns form: narrower rows are merged into super-rows
+using ::gradops::cpu::batch_norm::Plan;
 constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
 constexpr int64_t kJoinedRows = 1 << 20;  // super-rows a write run joins at most: its offsets stay 32-bit
 constexpr int64_t kMaxJoinedElems = int64_t{1} << 31;  // a joined run of planes: offsets stay 32-bit
@@ -174,57 +119,6 @@ HWY_INLINE void PrefetchLine(const T* p, int64_t j, int64_t lanes) {
   if ((j & (kLine - 1)) < lanes) __builtin_prefetch(p, 0, 2);
 }
 
-// ---- the plan: pieces and traversals, from the shape -------------------------------------------------
-
-struct Plan {
-  bool planes = false;
-  int64_t c = 0, count = 0;  // channels; values per channel (Mc)
-  // planes: run (i, ch) of s values at (i·c + ch)·s, cut into segs segments of seg values;
-  // piece i·segs + g.
-  int64_t n = 0, s = 0, seg = 0, segs = 0;
-  // columns: `rows` rows of `period` values, channel (w mod period) / group for column w; super-row r
-  // = rows [r k, r k + k) at r·width, the last one possibly shorter; piece q = super-rows
-  // [q kChain, q kChain + kChain).
-  int64_t rows = 0, period = 0, group = 1, k = 1, srows = 0, width = 0;
-  int64_t pieces = 0;  // per channel
-
-  // Values of one channel in pieces [0, p).
-  int64_t values_upto(int64_t p) const {
-    if (planes) return (p / segs) * s + std::min(s, (p % segs) * seg);
-    return std::min(p * kChain * k, rows) * group;
-  }
-  int64_t srow_width(int64_t r) const { return r + 1 < srows ? width : (rows - r * k) * period; }
-  int64_t channel_of(int64_t w) const { return (w % period) / group; }
-};
-
-Plan make_plan(const Job& d, int64_t lanes) {
-  Plan p;
-  p.c = d.c;
-  p.count = d.n * d.spatial;
-  if (p.count == 0) return p;
-  if (d.c == 1 || (!d.channels_last && d.spatial >= kPlaneMin)) {
-    p.planes = true;
-    p.n = d.c == 1 ? 1 : d.n;
-    p.s = d.c == 1 ? p.count : d.spatial;
-    p.seg = kChain * 4 * lanes;
-    p.segs = chunk_count(p.s, p.seg);
-    p.pieces = p.n * p.segs;
-    return p;
-  }
-  if (d.channels_last) {
-    p.rows = p.count, p.period = d.c, p.group = 1;
-  } else {
-    p.rows = d.n, p.period = d.c * d.spatial, p.group = d.spatial;
-  }
-  // No more replicas than rows: the spare ones would hold zeros that every pass still walks (a
-  // 2x4 tensor took 800 columns, 10 µs a call).
-  p.k = p.period < kMinWidth ? std::min(chunk_count(kMinWidth, p.period), p.rows) : 1;
-  p.srows = chunk_count(p.rows, p.k);
-  p.width = p.k * p.period;
-  p.pieces = chunk_count(p.srows, kChain);
-  return p;
-}
-
 // ---- the kernel ---------------------------------------------------------------------------------
 
 template <class T, bool kGrad, bool kStream>
@@ -237,7 +131,7 @@ class Kernel {
 
   Status run() {
     // ---- plan ----
-    p_ = make_plan(d_, L);
+    p_ = batch_norm::make_plan(d_, L);
     const int64_t c = p_.c, threads = max_threads(ctx_);
     const Mode mode = d_.mode;
     x_ = static_cast<const T*>(d_.x);
@@ -351,6 +245,24 @@ class Kernel {
   // block is the whole row (rows adjacent), else the next row's same columns.
   int64_t columns_ahead(int64_t wn) const { return wn == p_.width ? prefetch_ahead() : p_.width; }
 
+  // The outputs of the vector at j from its coefficients: the grad's dX = a·dY + (c·(x − mean) + b),
+  // the forward's Y = (x − mean)·a + b (c unused), x − mean formed before any scaling. Every write
+  // path computes its values here; they differ only in where the coefficients come from.
+  // kPrefetch: the inputs `ahead` elements on are asked for too.
+  template <bool kPrefetch>
+  static HWY_INLINE V<D> output(const T* x, const T* g, int64_t j, int64_t valid, int64_t ahead, V<D> a, V<D> b,
+                                V<D> c, V<D> m) {
+    const D d;
+    if constexpr (kPrefetch) PrefetchLine(x + j + ahead, j, L);
+    const auto e = hn::Sub(LoadWideN(d, x + j, valid), m);
+    if constexpr (kGrad) {
+      if constexpr (kPrefetch) PrefetchLine(g + j + ahead, j, L);
+      return hn::MulAdd(a, LoadWideN(d, g + j, valid), hn::MulAdd(c, e, b));
+    } else {
+      return hn::MulAdd(e, a, b);
+    }
+  }
+
   // ---- one run: a reduction sweep over one run while writing another -------------------------
 
   // Columns form, with the slot's arrays at sb (slot_array order: acc, acc2, mu, then the write's
@@ -391,15 +303,8 @@ class Kernel {
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       const A* cf = sb + 3 * K + j;  // a, b, c, mean
-      if constexpr (kPrefetchW) PrefetchLine(xw + j + ahead_w, j, L);
-      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), hn::LoadU(d, cf + 3 * K));
-      if constexpr (kGrad) {
-        if constexpr (kPrefetchW) PrefetchLine(gw + j + ahead_w, j, L);
-        return hn::MulAdd(hn::LoadU(d, cf), LoadWideN(d, gw + j, valid),
-                          hn::MulAdd(hn::LoadU(d, cf + 2 * K), e, hn::LoadU(d, cf + K)));
-      } else {
-        return hn::MulAdd(e, hn::LoadU(d, cf), hn::LoadU(d, cf + K));
-      }
+      return output<kPrefetchW>(xw, gw, j, valid, ahead_w, hn::LoadU(d, cf), hn::LoadU(d, cf + K),
+                                hn::LoadU(d, cf + 2 * K), hn::LoadU(d, cf + 3 * K));
     };
     FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step, [](V<D> u, V<D>) HWY_ATTR { return u; },
                                out_ ? out_ + off_w : nullptr, nw, value);
@@ -414,26 +319,15 @@ class Kernel {
   void rows_run(int64_t off_w, int64_t n, A* sb) {
     const D d;
     constexpr int64_t K = kColsArray;
-    const int64_t width = p_.width, ahead = prefetch_ahead();
-    // A vector that crosses a row's end reads the next row's first coefficients past the last.
-    for (int i = 3; i < 7; ++i) {
-      A* cf = sb + i * K;
-      for (int64_t j = 0; j < L; ++j) cf[width + j] = cf[j % width];
-    }
-    const FastMod column(static_cast<uint32_t>(width));
+    const int64_t ahead = prefetch_ahead();
+    const FastMod column(static_cast<uint32_t>(p_.width));
     const T* xw = x_ + off_w;
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
+      // A vector that crosses a row's end reads the wrapped copies spread_coefficients leaves past it.
       const A* cf = sb + 3 * K + column(static_cast<uint32_t>(j));  // a, b, c, mean
-      PrefetchLine(xw + j + ahead, j, L);
-      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), hn::LoadU(d, cf + 3 * K));
-      if constexpr (kGrad) {
-        PrefetchLine(gw + j + ahead, j, L);
-        return hn::MulAdd(hn::LoadU(d, cf), LoadWideN(d, gw + j, valid),
-                          hn::MulAdd(hn::LoadU(d, cf + 2 * K), e, hn::LoadU(d, cf + K)));
-      } else {
-        return hn::MulAdd(e, hn::LoadU(d, cf), hn::LoadU(d, cf + K));
-      }
+      return output<true>(xw, gw, j, valid, ahead, hn::LoadU(d, cf), hn::LoadU(d, cf + K), hn::LoadU(d, cf + 2 * K),
+                          hn::LoadU(d, cf + 3 * K));
     };
     WriteRun<kStream>(d, out_ + off_w, n, value);
   }
@@ -465,14 +359,7 @@ class Kernel {
         cv = hn::IfThenElse(mine, cv, hn::Set(d, cc[next]));
         m = hn::IfThenElse(mine, m, hn::Set(d, cm[next]));
       }
-      PrefetchLine(xw + j + ahead, j, L);
-      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), m);
-      if constexpr (kGrad) {
-        PrefetchLine(gw + j + ahead, j, L);
-        return hn::MulAdd(a, LoadWideN(d, gw + j, valid), hn::MulAdd(cv, e, b));
-      } else {
-        return hn::MulAdd(e, a, b);
-      }
+      return output<true>(xw, gw, j, valid, ahead, a, b, cv, m);
     };
     WriteRun<kStream>(d, out_ + t0 * s, (t1 - t0) * s, value);
   }
@@ -524,14 +411,8 @@ class Kernel {
     const T* xw = x_ + off_w;
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
-      if (ahead_w) PrefetchLine(xw + j + ahead_w, j, L);
-      const auto e = hn::Sub(LoadWideN(d, xw + j, valid), m);
-      if constexpr (kGrad) {
-        if (ahead_w) PrefetchLine(gw + j + ahead_w, j, L);
-        return hn::MulAdd(a, LoadWideN(d, gw + j, valid), hn::MulAdd(c, e, b));
-      } else {
-        return hn::MulAdd(e, a, b);
-      }
+      return ahead_w ? output<true>(xw, gw, j, valid, ahead_w, a, b, c, m)
+                     : output<false>(xw, gw, j, valid, 0, a, b, c, m);
     };
     const auto total = FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step,
                                                   [](V<D> u, V<D> v) HWY_ATTR { return hn::Add(u, v); },
@@ -654,12 +535,19 @@ class Kernel {
     }
   }
 
-  // Per-column coefficients a, b, c, mean for columns [w0, w0 + wn) into the slot's arrays 3..6.
+  // Per-column coefficients a, b, c, mean for columns [w0, w0 + wn) into the slot's arrays 3..6,
+  // each followed by its first L values again: a vector that crosses the end of a whole row
+  // (rows_run) takes the next row's first columns there; elsewhere the copies are read by partial
+  // vectors' unused lanes only.
   void spread_coefficients(int64_t w0, int64_t wn, int64_t slot) const {
     spread(ca_, w0, wn, slot_array(slot, 3));
     spread(cb_, w0, wn, slot_array(slot, 4));
     spread(kGrad ? cc_ : ca_, w0, wn, slot_array(slot, 5));
     spread(mean_, w0, wn, slot_array(slot, 6));
+    for (int i = 3; i < 7; ++i) {
+      A* cf = slot_array(slot, i);
+      for (int64_t j = 0; j < L; ++j) cf[wn + j] = cf[j % wn];
+    }
   }
 
   // ---- combining, per channel ----

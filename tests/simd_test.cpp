@@ -142,6 +142,40 @@ TEST_P(SimdTarget, LayerNormGradRowsStreamedAsOneRunAnyThreadCount) {
   cpu::set_stream_min_bytes(-1);
 }
 
+// BatchNorm's fused NCHW ops (enough channels for blocks of whole channels, planes of 1,024
+// positions and more) write each run from a stream store's boundary, a run then starting with the
+// end of the plane before, except where a thread's channels begin and end. Planes that start
+// anywhere in a line (odd sizes, three bases), a plane cut into segments, 1 to 3 threads: the
+// oracle's values, and the same bits for every thread count and base.
+TEST_P(SimdTarget, BatchNormFusedPlanesStreamedAnyBaseAnyThreadCount) {
+  cpu::set_stream_min_bytes(0);
+  uint64_t seed = 1100;
+  for (OpId id : {OpId::BatchNormalizationGrad, OpId::BatchNormInternal})
+    for (DType t : {DType::f32, DType::bf16, DType::f64})
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 12, 1031}, {2, 13, 1152}, {1, 12, 8211}}) {
+        std::vector<std::vector<double>> first;
+        for (int misalign : {-1, 0, 12})
+          for (int threads : {1, 2, 3}) {
+            Problem p;
+            p.op = id;
+            p.sig = {{t, t, t == DType::f64 ? DType::f64 : DType::f32}};
+            p.shape = shape;
+            p.attrs = {{"channels_last", 0.0}};
+            if (id == OpId::BatchNormalizationGrad) p.attrs["epsilon"] = 1e-5;
+            p.misaligned = misalign >= 0;
+            p.misalign_bytes = std::max(misalign, 0);
+            p.seed = seed;
+            p.threads = threads;
+            const Report r = run_case(p);
+            EXPECT_TRUE(r.pass) << GetParam() << ": " << describe(p) << ": " << r.detail;
+            if (first.empty()) first = r.outputs;
+            else EXPECT_EQ(first, r.outputs) << GetParam() << ": " << describe(p);
+          }
+        ++seed;
+      }
+  cpu::set_stream_min_bytes(-1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, SimdTarget, ::testing::ValuesIn(targets()),
                          [](const auto& info) { return info.param; });
 

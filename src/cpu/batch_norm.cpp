@@ -43,6 +43,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
@@ -236,8 +237,14 @@ class Kernel {
  private:
   // Fixed-width targets only (x86 and the portable one): Lanes == MaxLanes.
   static constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(D()));
+  static constexpr int64_t kStreamUnit = L * kStreamVectors<D, T>;  // elements a non-temporal store writes
   static constexpr int64_t kColsArray = (kMaxCols + L + 15) / 16 * 16;  // one column array, with slack
   static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }     // keeps arrays 64-byte aligned
+
+  // Outputs to write: [off, off + n), channel ch's but for the first `head`, channel ch - 1's.
+  struct Span {
+    int64_t off = 0, n = 0, head = 0, ch = 0;
+  };
 
   A* slot_array(int64_t slot, int i) const { return slot_base_ + slot * slot_stride_ + i * kColsArray; }
   int64_t prefetch_ahead() const { return kPrefetchBytes / static_cast<int64_t>(sizeof(T)); }
@@ -366,10 +373,9 @@ class Kernel {
 
   // Planes form. Sums the nr values at off_r (kSweep 1: grad *s1 = Σ dY, *s2 = Σ dY·(x - mu),
   // forward *s1 = Σ x; kSweep 2: *s1 = Σ (x - mu)², *s2 = Σ (x - mu), from cache), prefetching into `next` past the
-  // run's end, while writing the nw outputs at off_w with channel ch_w's coefficients.
+  // run's end, while writing the outputs of span w (prefetching ahead_w on where that is not 0).
   template <int kSweep>
-  void planes_run(int64_t off_r, int64_t nr, int64_t next_r, A mu, A* s1, A* s2, int64_t off_w, int64_t nw,
-                  int64_t ahead_w, int64_t ch_w) {
+  void planes_run(int64_t off_r, int64_t nr, int64_t next_r, A mu, A* s1, A* s2, Span w, int64_t ahead_w) {
     const D d;
     const T* xr = x_ + off_r;
     const T* gr = kGrad ? dy_ + off_r : nullptr;
@@ -405,18 +411,36 @@ class Kernel {
         }
       }
     };
-    const A ch_a = nw ? ca_[ch_w] : A(0), ch_b = nw ? cb_[ch_w] : A(0);
-    const A ch_c = nw && kGrad ? cc_[ch_w] : A(0), ch_m = nw ? mean_[ch_w] : A(0);
+    const bool any = w.n > 0;
+    const A ch_a = any ? ca_[w.ch] : A(0), ch_b = any ? cb_[w.ch] : A(0);
+    const A ch_c = any && kGrad ? cc_[w.ch] : A(0), ch_m = any ? mean_[w.ch] : A(0);
     const auto a = hn::Set(d, ch_a), b = hn::Set(d, ch_b), c = hn::Set(d, ch_c), m = hn::Set(d, ch_m);
-    const T* xw = x_ + off_w;
-    const T* gw = kGrad ? dy_ + off_w : nullptr;
+    // The head (the plane before's last values) goes out first as one stream unit of its own, so
+    // that the loop below keeps one channel's coefficients (a test in its values cost the fused
+    // forward a fifth of its speed).
+    int64_t done = 0;
+    if (w.head > 0) {
+      done = std::min(w.n, kStreamUnit);
+      const int64_t p = w.ch - 1, head = w.head;
+      const auto pa = hn::Set(d, ca_[p]), pb = hn::Set(d, cb_[p]), pc = hn::Set(d, kGrad ? cc_[p] : A(0));
+      const auto pm = hn::Set(d, mean_[p]);
+      const T* xh = x_ + w.off;
+      const T* gh = kGrad ? dy_ + w.off : nullptr;
+      WriteRun<kStream>(d, out_ + w.off, done, [=](int64_t j, int64_t valid) HWY_ATTR {
+        const auto own = hn::Not(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(head - j, 0))));
+        return output<false>(xh, gh, j, valid, 0, hn::IfThenElse(own, a, pa), hn::IfThenElse(own, b, pb),
+                             hn::IfThenElse(own, c, pc), hn::IfThenElse(own, m, pm));
+      });
+    }
+    const T* xw = x_ + w.off + done;
+    const T* gw = kGrad ? dy_ + w.off + done : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       return ahead_w ? output<true>(xw, gw, j, valid, ahead_w, a, b, c, m)
                      : output<false>(xw, gw, j, valid, 0, a, b, c, m);
     };
     const auto total = FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step,
                                                   [](V<D> u, V<D> v) HWY_ATTR { return hn::Add(u, v); },
-                                                  out_ ? out_ + off_w : nullptr, nw, value);
+                                                  out_ ? out_ + w.off + done : nullptr, w.n - done, value);
     if constexpr (kSweep > 0) {
       const auto plus = [](A u, A v) { return u + v; };
       *s1 = ReduceLanes(d, total, plus);
@@ -496,31 +520,53 @@ class Kernel {
   }
 
   // Planes: the pieces of channel ch (all samples, all segments); when ch_w >= 0, writes channel
-  // ch_w's same segments alongside. `last`: the offset the thread reads after the channel.
-  void planes_channel(int64_t ch, int64_t ch_w, int64_t last) {
+  // ch_w's same segments alongside (fused_span, the thread's channels [mine.first, mine.second)).
+  // `last`: the offset the thread reads after the channel.
+  void planes_channel(int64_t ch, int64_t ch_w, int64_t last, std::pair<int64_t, int64_t> mine) {
     for (int64_t i = 0; i < p_.n; ++i)
       for (int64_t g = 0; g < p_.segs; ++g) {
         const int64_t off = (i * p_.c + ch) * p_.s + g * p_.seg, len = std::min(p_.seg, p_.s - g * p_.seg);
         const int64_t next = g + 1 < p_.segs ? off + len : i + 1 < p_.n ? ((i + 1) * p_.c + ch) * p_.s : last;
-        const int64_t off_w = ch_w >= 0 ? off + (ch_w - ch) * p_.s : 0;
-        planes_piece(ch, i * p_.segs + g, off, len, next, off_w, ch_w >= 0 ? len : 0, ch_w);
+        planes_piece(ch, i * p_.segs + g, off, len, next, ch_w >= 0 ? fused_span(i, ch_w, g, mine) : Span{});
       }
   }
 
   // Planes: piece q of channel ch, the run of len values at off (then reading `next`), writing
-  // nw values at off_w for channel ch_w alongside.
-  void planes_piece(int64_t ch, int64_t q, int64_t off, int64_t len, int64_t next, int64_t off_w, int64_t nw,
-                    int64_t ch_w) {
+  // span w alongside.
+  void planes_piece(int64_t ch, int64_t q, int64_t off, int64_t len, int64_t next, Span w) {
     A* s1 = part1_ + ch * p_.pieces + q;
     A* s2 = part2_ + ch * p_.pieces + q;
     if constexpr (kGrad) {
-      planes_run<1>(off, len, next, mean_[ch], s1, s2, off_w, nw, 0, ch_w);
+      planes_run<1>(off, len, next, mean_[ch], s1, s2, w, 0);
     } else {
       A sum;
-      planes_run<1>(off, len, next, A(0), &sum, nullptr, off_w, nw, 0, ch_w);
+      planes_run<1>(off, len, next, A(0), &sum, nullptr, w, 0);
       *s1 = sum / static_cast<A>(len);
-      planes_run<2>(off, len, next, *s1, s2, part3_ + ch * p_.pieces + q, 0, 0, 0, 0);
+      planes_run<2>(off, len, next, *s1, s2, part3_ + ch * p_.pieces + q, Span{}, 0);
     }
+  }
+
+  // Fused planes: the outputs of segment g of plane (i, ch). A run that ends inside a cache line
+  // shares it with the next run, and each writes its part with normal stores beside its streaming
+  // ones: on a base 16 bytes past a line, as numpy's arrays are, bf16 32x256x56x56 wrote 15-24%
+  // slower. So each end moves down to a stream store's boundary, the span then starting with the
+  // end of the plane before (its `head`) - except at the ends of the thread's channels
+  // [mine.first, mine.second), whose neighbours another thread writes, or this one before their
+  // coefficients are known.
+  Span fused_span(int64_t i, int64_t ch, int64_t g, std::pair<int64_t, int64_t> mine) const {
+    const int64_t start = (i * p_.c + ch) * p_.s + g * p_.seg;
+    const int64_t end = g + 1 < p_.segs ? start + p_.seg : (i * p_.c + ch + 1) * p_.s;
+    const int64_t w0 = g == 0 && ch == mine.first ? start : stream_floor(start);
+    const int64_t w1 = g + 1 == p_.segs && ch + 1 == mine.second ? end : stream_floor(end);
+    return {w0, w1 - w0, g == 0 ? start - w0 : 0, ch};  // a later segment's head is its own plane's
+  }
+
+  // The stream store boundary at or below out_ + pos (pos itself when nothing streams).
+  int64_t stream_floor(int64_t pos) const {
+    if (!kStream || !out_) return pos;
+    constexpr auto kUnit = static_cast<uintptr_t>(kStreamUnit) * sizeof(T);
+    const auto addr = reinterpret_cast<uintptr_t>(out_ + pos);
+    return addr % sizeof(T) ? pos : pos - static_cast<int64_t>(addr % kUnit / sizeof(T));
   }
 
   // dst[w] = v[stride · (channel of column w0 + w)], w in [0, wn): a channel's runs of adjacent
@@ -649,26 +695,28 @@ class Kernel {
   // order, so each input is re-read after one block's worth of other reads.
   void fused_range(int64_t b0, int64_t b1, int64_t slot) {
     auto channels = [&](int64_t b) { return std::min(p_.c, (b + 1) * block_) - b * block_; };
-    reduce_block(b0, -1, slot);
+    const std::pair<int64_t, int64_t> mine{b0 * block_, std::min(p_.c, b1 * block_)};
+    reduce_block(b0, -1, slot, mine);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t c0 = b * block_, c1 = c0 + channels(b);
       for (int64_t ch = c0; ch < c1; ++ch) combine(ch), finish(ch);
       if (!p_.planes) spread_coefficients(c0 * p_.group, (c1 - c0) * p_.group, slot);
       if (b + 1 < b1 && channels(b + 1) == channels(b)) {
-        reduce_block(b + 1, b, slot);
+        reduce_block(b + 1, b, slot, mine);
       } else {
-        write_block(b, slot);
-        if (b + 1 < b1) reduce_block(b + 1, -1, slot);
+        write_block(b, slot, mine);
+        if (b + 1 < b1) reduce_block(b + 1, -1, slot, mine);
       }
     }
   }
 
-  // Block b's pieces; when wb >= 0, block wb's outputs alongside (same size).
-  void reduce_block(int64_t b, int64_t wb, int64_t slot) {
+  // Block b's pieces; when wb >= 0, block wb's outputs alongside (same size). `mine`: the thread's
+  // channels.
+  void reduce_block(int64_t b, int64_t wb, int64_t slot, std::pair<int64_t, int64_t> mine) {
     const int64_t c0 = b * block_, c1 = std::min(p_.c, c0 + block_);
     if (p_.planes) {
       for (int64_t ch = c0; ch < c1; ++ch)
-        planes_channel(ch, wb >= 0 ? ch - (b - wb) * block_ : -1, (ch + 1) * p_.s);
+        planes_channel(ch, wb >= 0 ? ch - (b - wb) * block_ : -1, (ch + 1) * p_.s, mine);
       return;
     }
     const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group, ww = wb >= 0 ? wb * block_ * p_.group : -1;
@@ -676,12 +724,13 @@ class Kernel {
   }
 
   // Block b's outputs alone, backwards: the inputs read last are still in cache.
-  void write_block(int64_t b, int64_t slot) {
+  void write_block(int64_t b, int64_t slot, std::pair<int64_t, int64_t> mine) {
     const int64_t c0 = b * block_, c1 = std::min(p_.c, c0 + block_);
     if (p_.planes) {
       for (int64_t ch = c1 - 1; ch >= c0; --ch)
         for (int64_t i = p_.n - 1; i >= 0; --i)
-          planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, (i * p_.c + ch) * p_.s, p_.s, 0, ch);
+          for (int64_t g = p_.segs - 1; g >= 0; --g)
+            planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, fused_span(i, ch, g, mine), 0);
       return;
     }
     const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group;
@@ -706,7 +755,7 @@ class Kernel {
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t g = t % p_.segs, plane = t / p_.segs;
           const int64_t off = plane * p_.s + g * p_.seg, len = std::min(p_.seg, p_.s - g * p_.seg);
-          planes_piece(plane % c, (plane / c) * p_.segs + g, off, len, off + len, 0, 0, 0);
+          planes_piece(plane % c, (plane / c) * p_.segs + g, off, len, off + len, Span{});
         }
       });
       return;
@@ -744,8 +793,8 @@ class Kernel {
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t plane = t / p_.segs, g = t % p_.segs;
           const int64_t off = plane * p_.s + g * p_.seg;
-          planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, off, std::min(p_.seg, p_.s - g * p_.seg), prefetch_ahead(),
-                        plane % p_.c);
+          planes_run<0>(0, 0, 0, A(0), nullptr, nullptr, Span{off, std::min(p_.seg, p_.s - g * p_.seg), 0, plane % p_.c},
+                        prefetch_ahead());
         }
       });
       return;

@@ -76,8 +76,9 @@ struct LnArgs {
   void* out_mean;       // forwards, optional
   void* out_inv_std;    // forwards, optional
   void* partial;        // gradients: [2][groups][cols] compute-type column sums (dscale, dbias), or nullptr
+  void* col_out[2];     // general gradient's column blocks: dscale, dbias (either may be nullptr)
   int64_t rows, cols;
-  int64_t groups;       // partial rows (one per block, or per cluster)
+  int64_t groups;       // partial rows (one per block, or per cluster); the general kernel's row blocks
   int lanes;            // held: threads per row (a cluster's, for C > 1)
   int cluster;          // held: blocks per row (1: none)
   float epsilon;

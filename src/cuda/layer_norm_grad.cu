@@ -9,8 +9,10 @@
 // lanes, and write dx from the registers; each thread adds its columns' dy xhat and dy into
 // registers over all the rows it takes, the block's row groups are folded in group order through
 // shared memory into one partial row per block (per cluster), and a column-sum kernel launched
-// while the grid drains adds the partial rows in a fixed order. No float atomics; the grid, and so
-// every bit of dscale and dbias, depends on the shape alone.
+// while the grid drains adds the partial rows in a fixed order. Small problems on the general path
+// instead compute dscale and dbias in blocks of their own beside the row blocks, in one launch
+// (general_grad_kernel). No float atomics; the grid, and so every bit of dscale and dbias, depends
+// on the shape alone.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -276,10 +278,32 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
 constexpr int kGeneralThreads = 256;
 constexpr int64_t kGeneralBlocks = 2 * kLnSms;
 constexpr int64_t kMaxPartialElems = int64_t{1} << 22;  // per output: 16 MiB of f32 partials
+// Column blocks (below): 8 columns a block, 32 row lanes a column.
+constexpr int kColumnTile = kGeneralThreads / kColumnSumLanes;
+// Problems this small (about a megabyte) take the column blocks: their time is launches and
+// latencies, which a second launch and the partial rows' round trip through L2 add to, where
+// reading the inputs twice costs next to nothing. Up to 1,024 rows keeps a lane's chain at 32 rows.
+constexpr int64_t kColumnBlocksMaxRows = 1024;
+constexpr int64_t kColumnBlocksMaxElems = int64_t{1} << 18;
 
-// A block per row (rows blockIdx.x, + gridDim.x, ...), its threads striding the columns; the first
-// pass reduces S1 and S2, the second re-reads the row (from L1/L2) and writes dx. Thread t owns
-// columns t, t + blockDim.x, ... of the block's partial rows, which it updates in place row by row.
+// GRADOPS_CUDA_LN_COLUMN_BLOCKS=0 sends small problems to the partial rows and the column-sum
+// launch instead, for measuring.
+inline bool ln_column_blocks() {
+  static const bool on = [] {
+    const char* v = std::getenv("GRADOPS_CUDA_LN_COLUMN_BLOCKS");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// Row blocks: a block per row (rows blockIdx.x, + a.groups, ...), its threads striding the
+// columns; the first pass reduces S1 and S2, the second re-reads the row (from L1/L2) and writes
+// dx. With partial rows, thread t owns columns t, t + blockDim.x, ... of the block's, which it
+// updates in place row by row (a column-sum launch adds them up).
+// Column blocks (blockIdx.x >= a.groups, small problems): dscale and dbias need no row sums, only
+// dy, x-hat and the saved statistics, so blocks of their own compute them beside the row blocks:
+// 8 columns a block, each summed over every row in the column sum's order (lane ty of 32 adds
+// rows ty, ty + 32, ..., then the 32 lanes in order). The order depends on the shape only.
 template <LnKind K, class S>
 __global__ void __launch_bounds__(kGeneralThreads) general_grad_kernel(LnArgs a) {
   using T = typename S::T;
@@ -310,8 +334,50 @@ __global__ void __launch_bounds__(kGeneralThreads) general_grad_kernel(LnArgs a)
     xh = xhat<K, A>(static_cast<A>(to_compute(src[base + c])), mu, r, scj,
                     K == LnKind::inv_grad ? static_cast<A>(to_compute(bias[c])) : A(0));
   };
+  if (blockIdx.x >= a.groups) {
+    __shared__ A lanes[2][kColumnSumLanes][kColumnTile + 1];
+    const int tx = static_cast<int>(threadIdx.x) % kColumnTile, ty = static_cast<int>(threadIdx.x) / kColumnTile;
+    const int64_t c = (blockIdx.x - a.groups) * int64_t{kColumnTile} + tx;
+    A ds = A(0), db = A(0);
+    if (c < n) {
+      // A lane's rows in batches of kBatch, all of a batch's loads in flight before its additions
+      // (in row order): a chain of up to 32 rows would otherwise wait out a load each.
+      constexpr int kBatch = 8;
+      const A scj = static_cast<A>(to_compute(scale[c]));
+      const A bj = K == LnKind::inv_grad ? static_cast<A>(to_compute(bias[c])) : A(0);
+      for (int64_t r0 = ty; r0 < a.rows; r0 += kBatch * kColumnSumLanes) {
+        A gy[kBatch], xs[kBatch], mu[kBatch], rs[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int64_t row = r0 + int64_t{k} * kColumnSumLanes;
+          const bool in = row < a.rows;
+          gy[k] = in ? static_cast<A>(to_compute(dy[row * n + c])) : A(0);
+          xs[k] = in ? static_cast<A>(to_compute(src[row * n + c])) : A(0);
+          mu[k] = in && K == LnKind::ln_grad ? load_stat<A, U>(a.mean, row) : A(0);
+          rs[k] = in ? load_stat<A, U>(a.inv_std, row) : A(0);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+          if (r0 + int64_t{k} * kColumnSumLanes < a.rows) {
+            ds = dfma(gy[k], xhat<K, A>(xs[k], mu[k], rs[k], scj, bj), ds);
+            db += gy[k];
+          }
+      }
+    }
+    lanes[0][ty][tx] = ds;
+    lanes[1][ty][tx] = db;
+    __syncthreads();
+    auto fold = [&](int o, void* out) {  // o and out constant per call: no stack copy of a.col_out
+      A t = lanes[o][0][tx];
+      for (int k = 1; k < kColumnSumLanes; ++k) t += lanes[o][k][tx];
+      static_cast<V*>(out)[c] = from_compute<V>(static_cast<compute_t<V>>(t));
+    };
+    if (c < n && ty == 0 && a.col_out[0]) fold(0, a.col_out[0]);
+    if (c < n && ty == 1 && a.col_out[1]) fold(1, a.col_out[1]);
+    return;
+  }
   int parity = 0;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  for (int64_t row = blockIdx.x; row < a.rows; row += a.groups) {
     const int64_t base = row * n;
     const A mu = K == LnKind::ln_grad ? load_stat<A, U>(a.mean, row) : A(0);
     const A r = load_stat<A, U>(a.inv_std, row);
@@ -385,7 +451,16 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     if (plan.path != row) return ln_not_planned(op);
   }
   const HeldShape& h = plan.h;
-  if (row == Path::general) {
+  // Column blocks beside the row blocks (general_grad_kernel) for small problems.
+  const bool column_blocks = row == Path::general && want && ln_column_blocks() && d.rows <= kColumnBlocksMaxRows &&
+                             d.rows * d.cols <= kColumnBlocksMaxElems;
+  int64_t extra = 0;
+  if (column_blocks) {
+    a.groups = std::min<int64_t>(d.rows, kGeneralBlocks);
+    extra = (d.cols + kColumnTile - 1) / kColumnTile;
+    a.col_out[0] = d.dscale;
+    a.col_out[1] = kHasDbias<K> ? d.dbias : nullptr;
+  } else if (row == Path::general) {
     a.groups = std::min<int64_t>({d.rows, kGeneralBlocks, std::max<int64_t>(1, kMaxPartialElems / d.cols)});
   } else {
     a.groups = h.groups;
@@ -394,15 +469,15 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   }
   const cudaStream_t stream = stream_of(ctx);
   detail::Workspace ws;
-  if (want) {
+  if (want && !column_blocks) {
     const std::size_t bytes = sizeof(A) * static_cast<std::size_t>((kHasDbias<K> ? 2 : 1) * a.groups * d.cols);
     if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), bytes, op); !s) return s;
     a.partial = ws.as<A>();
   }
   auto launch_main = [&]() -> Status {
     if (row == Path::general)
-      return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups, kGeneralThreads, 1, 0,
-                       stream, a);
+      return launch_ln(op, "the general gradient launch", general_grad_kernel<K, S>, a.groups + extra, kGeneralThreads,
+                       1, 0, stream, a);
     auto go = [&](auto kernel, std::size_t smem) -> Status {
       if (Status s = allow_dynamic_smem(op, kernel, dev, smem); !s) return s;
       return launch_ln(op, "the held gradient launch", kernel, h.blocks, h.threads, h.cluster, smem, stream, a);
@@ -414,7 +489,7 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
     }
     return go(held_grad_kernel<K, S, VEC, kLnMaxPacks>, held_grad_smem<K, S, kLnMaxPacks>(h, want));
   };
-  if (Status s = launch_main(); !s || !want) return s;
+  if (Status s = launch_main(); !s || !want || column_blocks) return s;
   ColumnSumArgs<V> cs{};
   int outs = 0;
   if (d.dscale) {

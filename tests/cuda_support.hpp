@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/checker.hpp"
@@ -133,6 +136,51 @@ struct Stream {
   }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
+};
+
+// Holds a stream shut: work queued after it waits until open() (or 30 s, so that a call that
+// wrongly waits for the stream fails instead of hanging). A host function blocking the stream is
+// deterministic where a queue of copies ahead is only likely to outlast the host's calls.
+class StreamGate {
+ public:
+  explicit StreamGate(cudaStream_t s) : stream_(s) {
+    if (cudaLaunchHostFunc(s, &StreamGate::hold, state_.get()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state_->failed = true;
+    }
+  }
+  // The host function reads the state: it must have run before the state goes.
+  ~StreamGate() {
+    open();
+    (void)cudaStreamSynchronize(stream_);
+  }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  bool ok() const { return !state_->failed; }
+  // Lets the stream go on; true where it was still held (the gate had not timed out).
+  bool open() {
+    state_->open.store(true);
+    return !state_->timed_out.load();
+  }
+
+ private:
+  struct State {
+    std::atomic<bool> open{false}, timed_out{false};
+    bool failed = false;
+  };
+  static void hold(void* p) {
+    auto* st = static_cast<State*>(p);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!st->open.load()) {
+      if (std::chrono::steady_clock::now() > until) {
+        st->timed_out.store(true);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  cudaStream_t stream_;
+  std::unique_ptr<State> state_ = std::make_unique<State>();
 };
 
 // A context allocator over cudaMalloc/cudaFree that counts its calls: scratch must come from the

@@ -75,6 +75,7 @@ constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
+constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
 
 template <class D> using V = hn::Vec<D>;
 
@@ -760,8 +761,17 @@ class Kernel {
       });
       return;
     }
-    // Pieces (q, column block).
-    const int64_t bw = block_columns(), nb = chunk_count(p_.width, bw);
+    // Pieces (q, column block). Where the pieces alone are too few tasks for the threads (NHWC with
+    // 1,024 channels and more: 49 pieces of 1,024 columns at 32x14x14x1024, 3 or 4 a thread at 16
+    // threads), narrower column blocks of whole channels make more; a channel's sums do not depend
+    // on which of its neighbours share its task.
+    int64_t bw = block_columns(), nb = chunk_count(p_.width, bw);
+    const int64_t want = kTasksPerThread * max_threads(ctx_);
+    if (p_.k == 1 && p_.pieces * nb < want) {
+      const int64_t blocks = std::min(chunk_count(want, p_.pieces), std::max<int64_t>(1, p_.c * p_.group / kMinReduceCols));
+      bw = chunk_count(p_.c, std::max(blocks, nb)) * p_.group;
+      nb = chunk_count(p_.width, bw);
+    }
     const int64_t tasks = p_.pieces * nb;
     const int64_t task_elems = std::min(p_.srows, kChain) * std::min(bw, p_.width);
     ForEachSlot(tasks, slot_count(tasks, kGrain / task_elems, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t slot) {

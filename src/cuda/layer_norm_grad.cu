@@ -453,7 +453,7 @@ Status run_grad(std::string_view op, const LayerNormDesc& d, const Context& ctx,
   const HeldShape& h = plan.h;
   // Column blocks beside the row blocks (general_grad_kernel) for small problems.
   const bool column_blocks = row == Path::general && want && ln_column_blocks() && d.rows <= kColumnBlocksMaxRows &&
-                             d.rows * d.cols <= kColumnBlocksMaxElems;
+                             d.cols <= kColumnBlocksMaxElems / d.rows;  // rows >= 1 here; no product to overflow
   int64_t extra = 0;
   if (column_blocks) {
     a.groups = std::min<int64_t>(d.rows, kGeneralBlocks);

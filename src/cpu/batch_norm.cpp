@@ -43,7 +43,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
@@ -253,22 +252,49 @@ class Kernel {
   // block is the whole row (rows adjacent), else the next row's same columns.
   int64_t columns_ahead(int64_t wn) const { return wn == p_.width ? prefetch_ahead() : p_.width; }
 
+  // A vector's elementwise coefficients: a, b, c (grad only) and mean, lane by lane.
+  struct Coefs {
+    V<D> a, b, c, m;
+    // mask's lanes from x, the others from y.
+    static HWY_INLINE Coefs select(hn::Mask<D> mask, const Coefs& x, const Coefs& y) {
+      return {hn::IfThenElse(mask, x.a, y.a), hn::IfThenElse(mask, x.b, y.b), hn::IfThenElse(mask, x.c, y.c),
+              hn::IfThenElse(mask, x.m, y.m)};
+    }
+  };
+  // The per-channel coefficient arrays, copied out of the kernel so that a loop storing through
+  // out_ need not reload them; (ch) broadcasts channel ch's.
+  struct Channels {
+    const A *a, *b, *c, *m;
+    HWY_INLINE Coefs operator()(int64_t ch) const {
+      const D d;
+      return {hn::Set(d, a[ch]), hn::Set(d, b[ch]), hn::Set(d, c[ch]), hn::Set(d, m[ch])};
+    }
+  };
+  Channels channels() const { return {ca_, cb_, kGrad ? cc_ : ca_, mean_}; }  // the forward's c is unused
+
   // The outputs of the vector at j from its coefficients: the grad's dX = a·dY + (c·(x − mean) + b),
-  // the forward's Y = (x − mean)·a + b (c unused), x − mean formed before any scaling. Every write
-  // path computes its values here; they differ only in where the coefficients come from.
+  // the forward's Y = (x − mean)·a + b, x − mean formed before any scaling. Every write path
+  // computes its values here; they differ only in where the coefficients come from.
   // kPrefetch: the inputs `ahead` elements on are asked for too.
   template <bool kPrefetch>
-  static HWY_INLINE V<D> output(const T* x, const T* g, int64_t j, int64_t valid, int64_t ahead, V<D> a, V<D> b,
-                                V<D> c, V<D> m) {
+  static HWY_INLINE V<D> output(const T* x, const T* g, int64_t j, int64_t valid, int64_t ahead, const Coefs& k) {
     const D d;
     if constexpr (kPrefetch) PrefetchLine(x + j + ahead, j, L);
-    const auto e = hn::Sub(LoadWideN(d, x + j, valid), m);
+    const auto e = hn::Sub(LoadWideN(d, x + j, valid), k.m);
     if constexpr (kGrad) {
       if constexpr (kPrefetch) PrefetchLine(g + j + ahead, j, L);
-      return hn::MulAdd(a, LoadWideN(d, g + j, valid), hn::MulAdd(c, e, b));
+      return hn::MulAdd(k.a, LoadWideN(d, g + j, valid), hn::MulAdd(k.c, e, k.b));
     } else {
-      return hn::MulAdd(e, a, b);
+      return hn::MulAdd(e, k.a, k.b);
     }
+  }
+  // The same with the coefficients of columns at cf in the slot's arrays (stride kColsArray).
+  template <bool kPrefetch>
+  static HWY_INLINE V<D> output_at(const T* x, const T* g, int64_t j, int64_t valid, int64_t ahead, const A* cf) {
+    const D d;
+    constexpr int64_t K = kColsArray;
+    return output<kPrefetch>(x, g, j, valid, ahead,
+                             {hn::LoadU(d, cf), hn::LoadU(d, cf + K), hn::LoadU(d, cf + 2 * K), hn::LoadU(d, cf + 3 * K)});
   }
 
   // ---- one run: a reduction sweep over one run while writing another -------------------------
@@ -311,8 +337,7 @@ class Kernel {
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       const A* cf = sb + 3 * K + j;  // a, b, c, mean
-      return output<kPrefetchW>(xw, gw, j, valid, ahead_w, hn::LoadU(d, cf), hn::LoadU(d, cf + K),
-                                hn::LoadU(d, cf + 2 * K), hn::LoadU(d, cf + 3 * K));
+      return output_at<kPrefetchW>(xw, gw, j, valid, ahead_w, cf);
     };
     FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step, [](V<D> u, V<D>) HWY_ATTR { return u; },
                                out_ ? out_ + off_w : nullptr, nw, value);
@@ -334,8 +359,7 @@ class Kernel {
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       // A vector that crosses a row's end reads the wrapped copies spread_coefficients leaves past it.
       const A* cf = sb + 3 * K + column(static_cast<uint32_t>(j));  // a, b, c, mean
-      return output<true>(xw, gw, j, valid, ahead, hn::LoadU(d, cf), hn::LoadU(d, cf + K), hn::LoadU(d, cf + 2 * K),
-                          hn::LoadU(d, cf + 3 * K));
+      return output_at<true>(xw, gw, j, valid, ahead, cf);
     };
     WriteRun<kStream>(d, out_ + off_w, n, value);
   }
@@ -347,10 +371,7 @@ class Kernel {
     const D d;
     const int64_t s = p_.s, ahead = prefetch_ahead();
     const FastMod plane(static_cast<uint32_t>(s)), channel(static_cast<uint32_t>(p_.c));
-    const A* ca = ca_;
-    const A* cb = cb_;
-    const A* cc = kGrad ? cc_ : ca_;
-    const A* cm = mean_;
+    const Channels coefs = channels();
     const T* xw = x_ + t0 * s;
     const T* gw = kGrad ? dy_ + t0 * s : nullptr;
     const uint32_t first = static_cast<uint32_t>(t0), c = static_cast<uint32_t>(p_.c);
@@ -358,16 +379,10 @@ class Kernel {
       const uint32_t q = plane.quotient(static_cast<uint32_t>(j));
       const int64_t into = j - static_cast<int64_t>(q) * s;  // position in plane q
       const uint32_t ch = channel(first + q);
-      auto a = hn::Set(d, ca[ch]), b = hn::Set(d, cb[ch]), cv = hn::Set(d, cc[ch]), m = hn::Set(d, cm[ch]);
-      if (into + L > s) {  // lanes s - into and on are the next plane's
-        const uint32_t next = ch + 1 == c ? 0 : ch + 1;
-        const auto mine = hn::FirstN(d, static_cast<size_t>(s - into));
-        a = hn::IfThenElse(mine, a, hn::Set(d, ca[next]));
-        b = hn::IfThenElse(mine, b, hn::Set(d, cb[next]));
-        cv = hn::IfThenElse(mine, cv, hn::Set(d, cc[next]));
-        m = hn::IfThenElse(mine, m, hn::Set(d, cm[next]));
-      }
-      return output<true>(xw, gw, j, valid, ahead, a, b, cv, m);
+      Coefs k = coefs(ch);
+      if (into + L > s)  // lanes s - into and on are the next plane's
+        k = Coefs::select(hn::FirstN(d, static_cast<size_t>(s - into)), k, coefs(ch + 1 == c ? 0 : ch + 1));
+      return output<true>(xw, gw, j, valid, ahead, k);
     };
     WriteRun<kStream>(d, out_ + t0 * s, (t1 - t0) * s, value);
   }
@@ -412,32 +427,28 @@ class Kernel {
         }
       }
     };
-    const bool any = w.n > 0;
-    const A ch_a = any ? ca_[w.ch] : A(0), ch_b = any ? cb_[w.ch] : A(0);
-    const A ch_c = any && kGrad ? cc_[w.ch] : A(0), ch_m = any ? mean_[w.ch] : A(0);
-    const auto a = hn::Set(d, ch_a), b = hn::Set(d, ch_b), c = hn::Set(d, ch_c), m = hn::Set(d, ch_m);
+    const Channels coefs = channels();
+    const auto zero = hn::Zero(d);
+    const Coefs k = w.n > 0 ? coefs(w.ch) : Coefs{zero, zero, zero, zero};  // no span: no channel's values read
     // The head (the plane before's last values) goes out first as one stream unit of its own, so
     // that the loop below keeps one channel's coefficients (a test in its values cost the fused
     // forward a fifth of its speed).
     int64_t done = 0;
     if (w.head > 0) {
       done = std::min(w.n, kStreamUnit);
-      const int64_t p = w.ch - 1, head = w.head;
-      const auto pa = hn::Set(d, ca_[p]), pb = hn::Set(d, cb_[p]), pc = hn::Set(d, kGrad ? cc_[p] : A(0));
-      const auto pm = hn::Set(d, mean_[p]);
+      const int64_t head = w.head;
+      const Coefs before = coefs(w.ch - 1);
       const T* xh = x_ + w.off;
       const T* gh = kGrad ? dy_ + w.off : nullptr;
       WriteRun<kStream>(d, out_ + w.off, done, [=](int64_t j, int64_t valid) HWY_ATTR {
-        const auto own = hn::Not(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(head - j, 0))));
-        return output<false>(xh, gh, j, valid, 0, hn::IfThenElse(own, a, pa), hn::IfThenElse(own, b, pb),
-                             hn::IfThenElse(own, c, pc), hn::IfThenElse(own, m, pm));
+        const auto earlier = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(head - j, 0)));
+        return output<false>(xh, gh, j, valid, 0, Coefs::select(earlier, before, k));
       });
     }
     const T* xw = x_ + w.off + done;
     const T* gw = kGrad ? dy_ + w.off + done : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
-      return ahead_w ? output<true>(xw, gw, j, valid, ahead_w, a, b, c, m)
-                     : output<false>(xw, gw, j, valid, 0, a, b, c, m);
+      return ahead_w ? output<true>(xw, gw, j, valid, ahead_w, k) : output<false>(xw, gw, j, valid, 0, k);
     };
     const auto total = FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step,
                                                   [](V<D> u, V<D> v) HWY_ATTR { return hn::Add(u, v); },

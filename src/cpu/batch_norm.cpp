@@ -216,8 +216,13 @@ class Kernel {
     // 32x14x14x1024) took 2 of 16 threads and most of the call. One thread for few pieces, else
     // every thread (a region of a few threads between full ones measured slower; lab/cpu/NOTES.md
     // section 18).
+    // The finish is per channel too (f64 divisions and a square root each), so it goes alongside.
+    const bool finish_here = mode != Mode::reduce;
     parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, max_threads(ctx_)), ctx_, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) combine(ch);
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        combine(ch);
+        if (finish_here) finish(ch);
+      }
     });
     if (mode == Mode::reduce) {
       for (int64_t ch = 0; ch < c; ++ch) {
@@ -228,8 +233,7 @@ class Kernel {
       batch_norm::store_sum(d_.sums_out, 2 * c, static_cast<double>(p_.count));
       return {};
     }
-    // ---- finish, apply ----
-    for (int64_t ch = 0; ch < c; ++ch) finish(ch);
+    // ---- apply ----
     write_all();
     return {};
   }
@@ -247,6 +251,7 @@ class Kernel {
   };
 
   A* slot_array(int64_t slot, int i) const { return slot_base_ + slot * slot_stride_ + i * kColsArray; }
+  int64_t part(int64_t ch, int64_t q) const { return q * p_.c + ch; }
   int64_t prefetch_ahead() const { return kPrefetchBytes / static_cast<int64_t>(sizeof(T)); }
   // Columns form, a block of wn columns per row: prefetch along the row into the next when the
   // block is the whole row (rows adjacent), else the next row's same columns.
@@ -497,8 +502,8 @@ class Kernel {
       // Piece means, spread back over the columns, for the squared deviations.
       const A cnt = static_cast<A>(p_.values_upto(q + 1) - p_.values_upto(q));
       const int64_t c0 = p_.channel_of(w0), c1 = p_.k > 1 ? p_.c : c0 + wn / p_.group;
-      for (int64_t ch = c0; ch < c1; ++ch) part1_[ch * p_.pieces + q] /= cnt;
-      spread(part1_ + q, w0, wn, mu, p_.pieces);
+      for (int64_t ch = c0; ch < c1; ++ch) part1_[part(ch, q)] /= cnt;
+      spread(part1_ + part(0, q), w0, wn, mu);
       std::fill(acc, acc + span, A(0));
       std::fill(acc2, acc2 + span, A(0));
       sweep(std::integral_constant<int, 2>());
@@ -526,7 +531,7 @@ class Kernel {
     const int64_t c0 = p_.channel_of(w0), c1 = c0 + wn / g;
     for (int64_t ch = c0; ch < c1; ++ch) {
       const A* col = acc + (ch - c0) * g;
-      dst[ch * p_.pieces + q] =
+      dst[part(ch, q)] =
           g == 1 ? col[0] : SumOf(d, g, [=](int64_t j, int64_t) HWY_ATTR { return hn::LoadU(d, col + j); });
     }
   }
@@ -546,15 +551,15 @@ class Kernel {
   // Planes: piece q of channel ch, the run of len values at off (then reading `next`), writing
   // span w alongside.
   void planes_piece(int64_t ch, int64_t q, int64_t off, int64_t len, int64_t next, Span w) {
-    A* s1 = part1_ + ch * p_.pieces + q;
-    A* s2 = part2_ + ch * p_.pieces + q;
+    A* s1 = part1_ + part(ch, q);
+    A* s2 = part2_ + part(ch, q);
     if constexpr (kGrad) {
       planes_run<1>(off, len, next, mean_[ch], s1, s2, w, 0);
     } else {
       A sum;
       planes_run<1>(off, len, next, A(0), &sum, nullptr, w, 0);
       *s1 = sum / static_cast<A>(len);
-      planes_run<2>(off, len, next, *s1, s2, part3_ + ch * p_.pieces + q, Span{}, 0);
+      planes_run<2>(off, len, next, *s1, s2, part3_ + part(ch, q), Span{}, 0);
     }
   }
 
@@ -619,30 +624,26 @@ class Kernel {
   void combine(int64_t ch) {
     const int64_t nq = p_.pieces;
     if constexpr (kGrad) {
-      A* a1 = part1_ + ch * nq;
-      A* a2 = part2_ + ch * nq;
       for (int64_t step = 1; step < nq; step *= 2)
         for (int64_t q = 0; q + step < nq; q += 2 * step) {
-          a1[q] += a1[q + step];
-          a2[q] += a2[q + step];
+          part1_[part(ch, q)] += part1_[part(ch, q + step)];
+          part2_[part(ch, q)] += part2_[part(ch, q + step)];
         }
     } else {
-      const A* m = part1_ + ch * nq;
-      const A* m2 = part2_ + ch * nq;
-      const A* r = part3_ + ch * nq;
       double* s1 = dpart1_ + ch * nq;
       double* s2 = dpart2_ + ch * nq;
       const double k = shift_[ch];
       for (int64_t q = 0; q < nq; ++q) {
         const double n = static_cast<double>(p_.values_upto(q + 1) - p_.values_upto(q));
-        const double delta = static_cast<double>(m[q]) - k, rq = static_cast<double>(r[q]);
+        const double delta = static_cast<double>(part1_[part(ch, q)]) - k;
+        const double rq = static_cast<double>(part3_[part(ch, q)]);
         if (!std::isfinite(delta)) {  // an infinite or NaN value in the piece: the sums are too
           s1[q] = n * delta;
           s2[q] = n * delta * delta;
           continue;
         }
         s1[q] = rq + n * delta;
-        s2[q] = static_cast<double>(m2[q]) + 2 * delta * rq + n * delta * delta;
+        s2[q] = static_cast<double>(part2_[part(ch, q)]) + 2 * delta * rq + n * delta * delta;
       }
       for (int64_t step = 1; step < nq; step *= 2)
         for (int64_t q = 0; q + step < nq; q += 2 * step) {
@@ -657,9 +658,8 @@ class Kernel {
   // and Σ (x − K)². f64 holds the compute type's values exactly.
   std::pair<double, double> channel_sums(int64_t ch) const {
     if (p_.count == 0) return {0.0, 0.0};
-    const int64_t q0 = ch * p_.pieces;
-    if constexpr (kGrad) return {static_cast<double>(part1_[q0]), static_cast<double>(istd_[ch] * part2_[q0])};
-    return {dpart1_[q0], dpart2_[q0]};
+    if constexpr (kGrad) return {static_cast<double>(part1_[ch]), static_cast<double>(istd_[ch] * part2_[ch])};
+    return {dpart1_[ch * p_.pieces], dpart2_[ch * p_.pieces]};
   }
 
   void finish(int64_t ch) {
@@ -851,6 +851,10 @@ class Kernel {
   bool fused_ = false;
   int64_t block_ = 1, slots_ = 1, slot_stride_ = 0;
   ::gradops::detail::Workspace ws_, dws_;
+  // part1_..part3_ hold piece q's value of channel ch at part(ch, q): a piece's channels side by
+  // side, so that the threads folding neighbouring pieces write lines of their own (channel by
+  // channel, 16 threads' pieces shared each line, and NHWC with 1,024 channels and more paid a
+  // line transfer per channel and piece).
   A* part1_ = nullptr;  // grad: Σ dY pieces; forward: piece means m
   A* part2_ = nullptr;  // grad: Σ dY·(x - mean) pieces; forward: piece Σ (x - m)²
   A* part3_ = nullptr;  // forward: piece Σ (x - m)

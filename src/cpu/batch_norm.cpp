@@ -74,6 +74,8 @@ constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
+constexpr int64_t kSetupMinChannels = 512;  // channels from which the setup takes every thread
+constexpr int64_t kSetupMinClear = 1 << 16;  // or column-array elements to clear
 constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
 
 template <class D> using V = hn::Vec<D>;
@@ -169,29 +171,20 @@ class Kernel {
     part1_ = w, part2_ = w + parts, part3_ = kGrad ? nullptr : w + 2 * parts, w += (kGrad ? 2 : 3) * parts;
     for (A*& v : vec_) v = w, w += vec;
     slot_base_ = w, w += slots_ * slot_stride_;
-    std::fill(slot_base_, w, A(0));  // array slack is read (never used) by partial vectors
     double* dw = dws_.as<double>();
     shift_ = dw, dpart1_ = dw + vec, dpart2_ = dw + vec + parts;
 
-    if constexpr (kGrad) {
-      for (int64_t ch = 0; ch < c; ++ch) {
-        if (mode != Mode::reduce) scale_[ch] = load_as<A>(d_.t1, d_.scale, ch);
-        mean_[ch] = load_as<A>(d_.t2, d_.mean, ch);
-        istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
-      }
-    } else {
-      // Any value every participant shares serves as the shift; a non-finite running mean must
-      // not poison the batch's statistics, so it is replaced by 0.
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const double k = load_as<double>(d_.t2, d_.input_mean, ch);
-        shift_[ch] = std::isfinite(k) ? k : 0.0;
-      }
-    }
-
-    if (mode == Mode::apply) {  // the sums are given: finish, then the elementwise pass
-      const void* sums = d_.sums_in;
-      const double count = batch_norm::load_sum(sums, 2 * c);
-      for (int64_t ch = 0; ch < c; ++ch) finish_from(ch, batch_norm::load_sum(sums, ch), batch_norm::load_sum(sums, c + ch), count);
+    // Setup, a share per slot: the slot's column arrays zeroed (their slack is read, never used,
+    // by partial vectors) and a slice of the channels' loads (and the apply's finish). On threads
+    // where there is enough of it: 16 slots' arrays are 0.7 MB to clear, and a channel costs one
+    // core 20-30 ns, so NHWC's 2,048 channels on one core were a sixth of a 16-thread call.
+    const double count = mode == Mode::apply ? batch_norm::load_sum(d_.sums_in, 2 * c) : 0.0;
+    const bool wide = c >= kSetupMinChannels || slots_ * slot_stride_ >= kSetupMinClear;
+    parallel_for(slots_, wide ? 1 : slots_, ctx_, [&](int64_t s0, int64_t s1) {
+      std::fill(slot_array(s0, 0), slot_array(s1, 0), A(0));
+      for (int64_t ch = s0 * c / slots_; ch < s1 * c / slots_; ++ch) setup_channel(ch, mode, count);
+    });
+    if (mode == Mode::apply) {  // the sums are given and finished: the elementwise pass
       if (p_.count > 0) write_all();
       return {};
     }
@@ -216,20 +209,20 @@ class Kernel {
     // 32x14x14x1024) took 2 of 16 threads and most of the call. One thread for few pieces, else
     // every thread (a region of a few threads between full ones measured slower; lab/cpu/NOTES.md
     // section 18).
-    // The finish is per channel too (f64 divisions and a square root each), so it goes alongside.
-    const bool finish_here = mode != Mode::reduce;
+    // The finish (or the reduce half's store of the sums) is per channel too, so it goes alongside.
     parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, max_threads(ctx_)), ctx_, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) {
         combine(ch);
-        if (finish_here) finish(ch);
-      }
-    });
-    if (mode == Mode::reduce) {
-      for (int64_t ch = 0; ch < c; ++ch) {
+        if (mode != Mode::reduce) {
+          finish(ch);
+          continue;
+        }
         const auto [s1, s2] = channel_sums(ch);
         batch_norm::store_sum(d_.sums_out, ch, s1);
         batch_norm::store_sum(d_.sums_out, c + ch, s2);
       }
+    });
+    if (mode == Mode::reduce) {
       batch_norm::store_sum(d_.sums_out, 2 * c, static_cast<double>(p_.count));
       return {};
     }
@@ -586,14 +579,22 @@ class Kernel {
     return addr % sizeof(T) ? pos : pos - static_cast<int64_t>(addr % kUnit / sizeof(T));
   }
 
-  // dst[w] = v[stride · (channel of column w0 + w)], w in [0, wn): a channel's runs of adjacent
-  // columns, no division per column.
-  void spread(const A* v, int64_t w0, int64_t wn, A* dst, int64_t stride = 1) const {
+  // dst[w] = v[channel of column w0 + w], w in [0, wn): a channel's runs of adjacent columns, no
+  // division per column; where a column is a channel (NHWC), runs of channels copied at once.
+  void spread(const A* v, int64_t w0, int64_t wn, A* dst) const {
     const int64_t col = w0 % p_.period;
     int64_t ch = col / p_.group, in = col % p_.group;
+    if (p_.group == 1) {
+      for (int64_t w = 0; w < wn; ch = 0) {
+        const int64_t len = std::min(p_.c - ch, wn - w);
+        std::copy(v + ch, v + ch + len, dst + w);
+        w += len;
+      }
+      return;
+    }
     for (int64_t w = 0; w < wn; in = 0, ch = ch + 1 == p_.c ? 0 : ch + 1) {
       const int64_t len = std::min(p_.group - in, wn - w);
-      std::fill(dst + w, dst + w + len, v[ch * stride]);
+      std::fill(dst + w, dst + w + len, v[ch]);
       w += len;
     }
   }
@@ -611,6 +612,23 @@ class Kernel {
       A* cf = slot_array(slot, i);
       for (int64_t j = 0; j < L; ++j) cf[wn + j] = cf[j % wn];
     }
+  }
+
+  // Channel ch's parameters in the compute type (grad) or its shift (forward), and for the apply
+  // half its finish from the given sums over `count` values.
+  void setup_channel(int64_t ch, Mode mode, double count) {
+    if constexpr (kGrad) {
+      if (mode != Mode::reduce) scale_[ch] = load_as<A>(d_.t1, d_.scale, ch);
+      mean_[ch] = load_as<A>(d_.t2, d_.mean, ch);
+      istd_[ch] = load_as<A>(d_.t2, d_.inv_std, ch);
+    } else {
+      // Any value every participant shares serves as the shift; a non-finite running mean must
+      // not poison the batch's statistics, so it is replaced by 0.
+      const double k = load_as<double>(d_.t2, d_.input_mean, ch);
+      shift_[ch] = std::isfinite(k) ? k : 0.0;
+    }
+    if (mode == Mode::apply)
+      finish_from(ch, batch_norm::load_sum(d_.sums_in, ch), batch_norm::load_sum(d_.sums_in, p_.c + ch), count);
   }
 
   // ---- combining, per channel ----

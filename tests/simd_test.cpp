@@ -142,17 +142,20 @@ TEST_P(SimdTarget, LayerNormGradRowsStreamedAsOneRunAnyThreadCount) {
   cpu::set_stream_min_bytes(-1);
 }
 
-// BatchNorm's fused NCHW ops (enough channels for blocks of whole channels, planes of 1,024
-// positions and more) write each run from a stream store's boundary, a run then starting with the
-// end of the plane before, except where a thread's channels begin and end. Planes that start
-// anywhere in a line (odd sizes, three bases), a plane cut into segments, 1 to 3 threads: the
-// oracle's values, and the same bits for every thread count and base.
-TEST_P(SimdTarget, BatchNormFusedPlanesStreamedAnyBaseAnyThreadCount) {
+// BatchNorm's fused NCHW ops (enough channels for blocks of whole channels) write each run from a
+// stream store's boundary, a run then starting with the end of the channel before, except where a
+// thread's channels begin and end: planes of 1,024 positions and more, and the columns form of
+// shorter ones (a sample's block of channels a run; no heads where a channel is shorter than a
+// stream store, 2x100x9). Runs that start anywhere in a line (odd sizes, three bases), a plane cut
+// into segments, 1 to 3 threads: the oracle's values, and the same bits for every thread count and
+// base.
+TEST_P(SimdTarget, BatchNormFusedRunsStreamedAnyBaseAnyThreadCount) {
   cpu::set_stream_min_bytes(0);
   uint64_t seed = 1100;
   for (OpId id : {OpId::BatchNormalizationGrad, OpId::BatchNormInternal})
     for (DType t : {DType::f32, DType::bf16, DType::f64})
-      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 12, 1031}, {2, 13, 1152}, {1, 12, 8211}}) {
+      for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+               {2, 12, 1031}, {2, 13, 1152}, {1, 12, 8211}, {3, 12, 67}, {2, 13, 100}, {5, 24, 49}, {2, 100, 9}}) {
         std::vector<std::vector<double>> first;
         for (int misalign : {-1, 0, 12})
           for (int threads : {1, 2, 3}) {

@@ -235,7 +235,10 @@ class Kernel {
   // Fixed-width targets only (x86 and the portable one): Lanes == MaxLanes.
   static constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(D()));
   static constexpr int64_t kStreamUnit = L * kStreamVectors<D, T>;  // elements a non-temporal store writes
-  static constexpr int64_t kColsArray = (kMaxCols + L + 15) / 16 * 16;  // one column array, with slack
+  // The coefficient arrays (3..6) start kHead in, where a fused run's head takes the columns
+  // before its block's (columns_span).
+  static constexpr int64_t kHead = (kStreamUnit + 15) / 16 * 16;
+  static constexpr int64_t kColsArray = (kHead + kMaxCols + L + 15) / 16 * 16;  // one column array, with slack
   static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }     // keeps arrays 64-byte aligned
 
   // Outputs to write: [off, off + n), channel ch's but for the first `head`, channel ch - 1's.
@@ -301,9 +304,11 @@ class Kernel {
   // coefficients a, b, c, mean; one register addresses them all). Reduces the nr values at off_r
   // into column accumulators (kSweep 1: acc += dY and acc2 += dY·(x - mu) for the grad, acc += x
   // for the forward; kSweep 2: acc += (x - mu)², from cache, no prefetch), prefetching the inputs
-  // at j + ahead_r, while writing the nw outputs at off_w (kPrefetchW: prefetching j + ahead_w).
+  // at j + ahead_r, while writing the nw outputs at off_w (kPrefetchW: prefetching j + ahead_w),
+  // which lie `back` columns before the coefficient arrays' first.
   template <int kSweep, bool kPrefetchW>
-  void columns_run(int64_t off_r, int64_t nr, int64_t ahead_r, A* sb, int64_t off_w, int64_t nw, int64_t ahead_w) {
+  void columns_run(int64_t off_r, int64_t nr, int64_t ahead_r, A* sb, int64_t off_w, int64_t nw, int64_t ahead_w,
+                   int64_t back = 0) {
     const D d;
     constexpr int64_t K = kColsArray;
     const T* xr = x_ + off_r;
@@ -333,9 +338,9 @@ class Kernel {
     };
     const T* xw = x_ + off_w;
     const T* gw = kGrad ? dy_ + off_w : nullptr;
+    const A* coef = sb + 3 * K + kHead - back;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
-      const A* cf = sb + 3 * K + j;  // a, b, c, mean
-      return output_at<kPrefetchW>(xw, gw, j, valid, ahead_w, cf);
+      return output_at<kPrefetchW>(xw, gw, j, valid, ahead_w, coef + j);  // a, b, c, mean at stride K
     };
     FoldBlocksWriting<kStream>(d, kSweep > 0 ? nr : 0, hn::Zero(d), step, [](V<D> u, V<D>) HWY_ATTR { return u; },
                                out_ ? out_ + off_w : nullptr, nw, value);
@@ -356,7 +361,7 @@ class Kernel {
     const T* gw = kGrad ? dy_ + off_w : nullptr;
     auto value = [=](int64_t j, int64_t valid) HWY_ATTR {
       // A vector that crosses a row's end reads the wrapped copies spread_coefficients leaves past it.
-      const A* cf = sb + 3 * K + column(static_cast<uint32_t>(j));  // a, b, c, mean
+      const A* cf = sb + 3 * K + kHead + column(static_cast<uint32_t>(j));  // a, b, c, mean
       return output_at<true>(xw, gw, j, valid, ahead, cf);
     };
     WriteRun<kStream>(d, out_ + off_w, n, value);
@@ -465,9 +470,13 @@ class Kernel {
   // ---- pieces ----
 
   // Columns: piece q of the channels of columns [w0, w0 + wn) (a super-row's, all of them when
-  // k > 1); when ww >= 0, writes the same rows' columns [ww, ww + wn) alongside, with the
-  // coefficient arrays of slot arrays 3..6.
-  void columns_piece(int64_t q, int64_t w0, int64_t wn, int64_t ww, int64_t slot) {
+  // k > 1); when `write` is given (fused, k == 1), writes the same rows' columns_span(r, ...) of
+  // its columns alongside, with the coefficient arrays of slot arrays 3..6.
+  struct Write {
+    int64_t w0 = -1, wn = 0;
+    std::pair<int64_t, int64_t> mine;
+  };
+  void columns_piece(int64_t q, int64_t w0, int64_t wn, Write write, int64_t slot) {
     A* acc = slot_array(slot, 0);
     A* acc2 = slot_array(slot, 1);
     A* mu = slot_array(slot, 2);
@@ -478,8 +487,8 @@ class Kernel {
       constexpr int kSweep = decltype(tag)::value;
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t n = std::min(wn, p_.srow_width(r) - w0);
-        const bool write = kSweep == 1 && ww >= 0;
-        columns_run<kSweep, false>(r * stride + w0, n, ahead, acc, r * stride + ww, write ? n : 0, 0);
+        const Span w = kSweep == 1 && write.w0 >= 0 ? columns_span(r, write.w0, write.wn, write.mine) : Span{};
+        columns_run<kSweep, false>(r * stride + w0, n, ahead, acc, w.off, w.n, 0, w.head);
       }
     };
     std::fill(acc, acc + span, A(0));
@@ -571,6 +580,18 @@ class Kernel {
     return {w0, w1 - w0, g == 0 ? start - w0 : 0, ch};  // a later segment's head is its own plane's
   }
 
+  // The same for the columns form (fused, k == 1): row r's outputs of columns [w0, w0 + wn), whole
+  // channels, each end moved down to a stream store's boundary where the thread has the channel
+  // before it (the run's head is that channel's end) and the one after. Not where a channel is
+  // shorter than a store: the head would span several.
+  Span columns_span(int64_t r, int64_t w0, int64_t wn, std::pair<int64_t, int64_t> mine) const {
+    const int64_t start = r * p_.period + w0, end = start + wn;
+    const bool ends = p_.group >= kStreamUnit;
+    const int64_t a = !ends || w0 == mine.first * p_.group ? start : stream_floor(start);
+    const int64_t b = !ends || w0 + wn == mine.second * p_.group ? end : stream_floor(end);
+    return {a, b - a, start - a, 0};
+  }
+
   // The stream store boundary at or below out_ + pos (pos itself when nothing streams).
   int64_t stream_floor(int64_t pos) const {
     if (!kStream || !out_) return pos;
@@ -603,13 +624,12 @@ class Kernel {
   // each followed by its first L values again: a vector that crosses the end of a whole row
   // (rows_run) takes the next row's first columns there; elsewhere the copies are read by partial
   // vectors' unused lanes only.
-  void spread_coefficients(int64_t w0, int64_t wn, int64_t slot) const {
-    spread(ca_, w0, wn, slot_array(slot, 3));
-    spread(cb_, w0, wn, slot_array(slot, 4));
-    spread(kGrad ? cc_ : ca_, w0, wn, slot_array(slot, 5));
-    spread(mean_, w0, wn, slot_array(slot, 6));
-    for (int i = 3; i < 7; ++i) {
-      A* cf = slot_array(slot, i);
+  // `before`: the columns before w0 too (at most kHead, w0 - before >= 0), for a fused run's head.
+  void spread_coefficients(int64_t w0, int64_t wn, int64_t slot, int64_t before = 0) const {
+    const A* from[4] = {ca_, cb_, kGrad ? cc_ : ca_, mean_};
+    for (int i = 0; i < 4; ++i) {
+      A* cf = slot_array(slot, 3 + i) + kHead;
+      spread(from[i], w0 - before, wn + before, cf - before);
       for (int64_t j = 0; j < L; ++j) cf[wn + j] = cf[j % wn];
     }
   }
@@ -730,7 +750,10 @@ class Kernel {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t c0 = b * block_, c1 = c0 + channels(b);
       for (int64_t ch = c0; ch < c1; ++ch) combine(ch), finish(ch);
-      if (!p_.planes) spread_coefficients(c0 * p_.group, (c1 - c0) * p_.group, slot);
+      if (!p_.planes) {  // with channel c0 - 1's last columns where block b's runs start with them
+        const bool head = c0 > mine.first && p_.group >= kStreamUnit;
+        spread_coefficients(c0 * p_.group, (c1 - c0) * p_.group, slot, head ? kStreamUnit : 0);
+      }
       if (b + 1 < b1 && channels(b + 1) == channels(b)) {
         reduce_block(b + 1, b, slot, mine);
       } else {
@@ -749,8 +772,9 @@ class Kernel {
         planes_channel(ch, wb >= 0 ? ch - (b - wb) * block_ : -1, (ch + 1) * p_.s, mine);
       return;
     }
-    const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group, ww = wb >= 0 ? wb * block_ * p_.group : -1;
-    for (int64_t q = 0; q < p_.pieces; ++q) columns_piece(q, w0, wn, ww, slot);
+    const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group;
+    const Write write = wb >= 0 ? Write{wb * block_ * p_.group, wn, mine} : Write{};
+    for (int64_t q = 0; q < p_.pieces; ++q) columns_piece(q, w0, wn, write, slot);
   }
 
   // Block b's outputs alone, backwards: the inputs read last are still in cache.
@@ -764,7 +788,10 @@ class Kernel {
       return;
     }
     const int64_t w0 = c0 * p_.group, wn = (c1 - c0) * p_.group;
-    for (int64_t r = p_.rows - 1; r >= 0; --r) columns_run<0, false>(0, 0, 0, slot_array(slot, 0), r * p_.period + w0, wn, 0);
+    for (int64_t r = p_.rows - 1; r >= 0; --r) {
+      const Span w = columns_span(r, w0, wn, mine);
+      columns_run<0, false>(0, 0, 0, slot_array(slot, 0), w.off, w.n, 0, w.head);
+    }
   }
 
   // ---- split: each pass over the whole tensor ----
@@ -806,7 +833,7 @@ class Kernel {
     ForEachSlot(tasks, slot_count(tasks, kGrain / task_elems, ctx_), ctx_, [&](int64_t t0, int64_t t1, int64_t slot) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t w0 = (t % nb) * bw;
-        columns_piece(t / nb, w0, std::min(bw, p_.width - w0), -1, slot);
+        columns_piece(t / nb, w0, std::min(bw, p_.width - w0), Write{}, slot);
       }
     });
   }

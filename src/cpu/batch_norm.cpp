@@ -63,20 +63,7 @@ HWY_BEFORE_NAMESPACE();
 namespace gradops::cpu::HWY_NAMESPACE {
 namespace {
 
-using ::gradops::cpu::batch_norm::Job;
-using ::gradops::cpu::batch_norm::kChain;
-using ::gradops::cpu::batch_norm::Mode;
-using ::gradops::cpu::batch_norm::Plan;
-constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
-constexpr int64_t kJoinedRows = 1 << 20;  // super-rows a write run joins at most: its offsets stay 32-bit
-constexpr int64_t kMaxJoinedElems = int64_t{1} << 31;  // a joined run of planes: offsets stay 32-bit
-constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
-constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
-constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
-constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
-constexpr int64_t kSetupMinChannels = 512;  // channels from which the setup takes every thread
-constexpr int64_t kSetupMinClear = 1 << 16;  // or column-array elements to clear
-constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
+using namespace ::gradops::cpu::batch_norm;  // Job, Mode, Plan and the tuning constants
 
 template <class D> using V = hn::Vec<D>;
 
@@ -204,12 +191,9 @@ class Kernel {
     }
     // ---- reduce, combine ----
     reduce_all();
-    // A piece costs tens of nanoseconds to combine (the forward's in f64), not an element's
-    // fraction of one: with kGrain / pieces channels a thread, 1,024 channels of 49 pieces (NHWC
-    // 32x14x14x1024) took 2 of 16 threads and most of the call. One thread for few pieces, else
-    // every thread (a region of a few threads between full ones measured slower; lab/cpu/NOTES.md
-    // section 18).
-    // The finish (or the reduce half's store of the sums) is per channel too, so it goes alongside.
+    // A piece costs tens of nanoseconds to combine (in f64 for the forward): one thread for few
+    // pieces, else every thread (lab/cpu/NOTES.md sections 18 and 22), the channel's finish (or
+    // the reduce half's store of its sums) alongside.
     parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, max_threads(ctx_)), ctx_, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) {
         combine(ch);

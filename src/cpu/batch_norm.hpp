@@ -65,6 +65,18 @@ constexpr int64_t kChain = 128;      // sequential additions per accumulator wit
 constexpr int64_t kPlaneMin = 1024;  // NCHW spatial size from which runs are folded in place
 constexpr int64_t kMinWidth = 800;   // columns form: narrower rows are merged into super-rows
 
+// How the kernels cut and share the work (batch_norm.cpp).
+constexpr int64_t kMaxCols = 1600;        // columns at once: 7 arrays of them stay in L1; >= 2 kMinWidth
+constexpr int64_t kJoinedRows = 1 << 20;  // super-rows a write run joins at most: its offsets stay 32-bit
+constexpr int64_t kMaxJoinedElems = int64_t{1} << 31;  // a joined run of planes: offsets stay 32-bit
+constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
+constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
+constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
+constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
+constexpr int64_t kSetupMinChannels = 512;  // channels from which the setup takes every thread
+constexpr int64_t kSetupMinClear = 1 << 16;  // or column-array elements to clear
+constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
+
 // The pieces and traversals of a shape (the two forms of batch_norm.cpp's opening comment).
 struct Plan {
   bool planes = false;

@@ -164,10 +164,10 @@ class Kernel {
     // Setup, a share per slot: the slot's column arrays zeroed (their slack is read, never used,
     // by partial vectors) and a slice of the channels' loads (and the apply's finish). A channel
     // costs one core 20-30 ns, so NHWC's 2,048 channels on one core were a sixth of a 16-thread
-    // call: a thread for every kSetupMinChannels channels.
+    // call. Every thread from kSetupMinChannels on, else one (a region of a few threads between
+    // full ones costs more than it saves with GCC's OpenMP: lab/cpu/NOTES.md section 22).
     const double count = mode == Mode::apply ? batch_norm::load_sum(d_.sums_in, 2 * c) : 0.0;
-    const int64_t team = std::clamp<int64_t>(c / kSetupMinChannels, 1, slots_);
-    parallel_for(slots_, chunk_count(slots_, team), ctx_, [&](int64_t s0, int64_t s1) {
+    parallel_for(slots_, c >= kSetupMinChannels ? 1 : slots_, ctx_, [&](int64_t s0, int64_t s1) {
       std::fill(slot_array(s0, 0), slot_array(s1, 0), A(0));
       for (int64_t ch = s0 * c / slots_; ch < s1 * c / slots_; ++ch) setup_channel(ch, mode, count);
     });

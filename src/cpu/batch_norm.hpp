@@ -73,7 +73,7 @@ constexpr int64_t kMaxJoinedPlanes = int64_t{1} << 31;  // plane indices too
 constexpr int64_t kTaskBytes = 1 << 20;   // fused task: inputs re-read from L2 by its write pass
 constexpr int64_t kTasksPerThread = 4;    // fused tasks per thread at least, for balance
 constexpr int64_t kCombineMin = 8192;     // piece partials from which the combine takes every thread
-constexpr int64_t kSetupMinChannels = 256;  // channels per setup thread at least
+constexpr int64_t kSetupMinChannels = 512;  // channels from which the setup takes every thread
 constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
 
 // The pieces and traversals of a shape (the two forms of batch_norm.cpp's opening comment).

@@ -225,7 +225,8 @@ class Kernel {
   static constexpr int64_t kColsArray = (kHead + kMaxCols + L + 15) / 16 * 16;  // one column array, with slack
   static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }     // keeps arrays 64-byte aligned
 
-  // Outputs to write: [off, off + n), channel ch's but for the first `head`, channel ch - 1's.
+  // Outputs to write: [off, off + n), channel ch's but for the first `head`, channel ch - 1's (ch:
+  // the planes form's; the columns form takes each column's coefficients from the slot's arrays).
   struct Span {
     int64_t off = 0, n = 0, head = 0, ch = 0;
   };

@@ -29,15 +29,8 @@
 // (combine), which add across pieces, and across the participants of a data-parallel step
 // (BatchNormStatsReduce); the variance is formed from them in f64 (finish_from).
 //
-// Traffic. The elementwise pass needs the whole channel's sums, so it reads X (and dY) a second
-// time. NCHW with enough channels runs fused tasks: a block of whole channels, all samples, both
-// passes, sized so that the block's inputs (up to kTaskBytes) are still in L2 when they are
-// re-read, and the write pass of one block runs in one loop with the reduction of the next, so
-// that reads from memory never pause: each input byte comes from memory once, as the bytes model
-// counts. Otherwise (NHWC, whose every row holds every channel, or too few channels to share
-// among threads) the passes run over the whole tensor one after the other, and tensors larger
-// than the cache move X and dY twice (5 tensor-sized transfers for the bytes model's 3). Outputs
-// are written with non-temporal stores once the call moves stream_min_bytes() (RunTyped).
+// Traffic (which passes read what from memory, where runs start, non-temporal stores): written
+// out once, in docs/ops/batch_norm.md's CPU implementation section.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/batch_norm.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -161,11 +154,9 @@ class Kernel {
     double* dw = dws_.as<double>();
     shift_ = dw, dpart1_ = dw + vec, dpart2_ = dw + vec + parts;
 
-    // Setup, a share per slot: the slot's column arrays zeroed (their slack is read, never used,
-    // by partial vectors) and a slice of the channels' loads (and the apply's finish). A channel
-    // costs one core 20-30 ns, so NHWC's 2,048 channels on one core were a sixth of a 16-thread
-    // call. Every thread from kSetupMinChannels on, else one (a region of a few threads between
-    // full ones costs more than it saves with GCC's OpenMP: lab/cpu/NOTES.md section 22).
+    // Setup, a share per slot: its column arrays zeroed (partial vectors read their slack, unused)
+    // and a slice of the channels' loads and apply finish, 20-30 ns a channel: every thread from
+    // kSetupMinChannels on, else one (lab/cpu/NOTES.md section 22).
     const double count = mode == Mode::apply ? batch_norm::load_sum(d_.sums_in, 2 * c) : 0.0;
     parallel_for(slots_, c >= kSetupMinChannels ? 1 : slots_, ctx_, [&](int64_t s0, int64_t s1) {
       std::fill(slot_array(s0, 0), slot_array(s1, 0), A(0));
@@ -192,19 +183,9 @@ class Kernel {
     // ---- reduce, combine ----
     reduce_all();
     // A piece costs tens of nanoseconds to combine (in f64 for the forward): one thread for few
-    // pieces, else every thread (lab/cpu/NOTES.md sections 18 and 22), the channel's finish (or
-    // the reduce half's store of its sums) alongside.
+    // pieces, else every thread (lab/cpu/NOTES.md sections 18 and 22).
     parallel_for(c, c * p_.pieces < kCombineMin ? c : chunk_count(c, max_threads(ctx_)), ctx_, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        combine(ch);
-        if (mode != Mode::reduce) {
-          finish(ch);
-          continue;
-        }
-        const auto [s1, s2] = channel_sums(ch);
-        batch_norm::store_sum(d_.sums_out, ch, s1);
-        batch_norm::store_sum(d_.sums_out, c + ch, s2);
-      }
+      for (int64_t ch = c0; ch < c1; ++ch) close_channel(ch, mode);
     });
     if (mode == Mode::reduce) {
       batch_norm::store_sum(d_.sums_out, 2 * c, static_cast<double>(p_.count));
@@ -685,9 +666,17 @@ class Kernel {
     return {dpart1_[ch * p_.pieces], dpart2_[ch * p_.pieces]};
   }
 
-  void finish(int64_t ch) {
+  // Channel ch's pieces combined, then its outputs and coefficients (the reduce half: its sums
+  // stored instead).
+  void close_channel(int64_t ch, Mode mode) {
+    combine(ch);
     const auto [s1, s2] = channel_sums(ch);
-    finish_from(ch, s1, s2, static_cast<double>(p_.count));
+    if (mode != Mode::reduce) {
+      finish_from(ch, s1, s2, static_cast<double>(p_.count));
+      return;
+    }
+    batch_norm::store_sum(d_.sums_out, ch, s1);
+    batch_norm::store_sum(d_.sums_out, p_.c + ch, s2);
   }
 
   // The channel's outputs and its elementwise coefficients from its two sums over `count` values
@@ -734,7 +723,7 @@ class Kernel {
     reduce_block(b0, -1, slot, mine);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t c0 = b * block_, c1 = c0 + channels(b);
-      for (int64_t ch = c0; ch < c1; ++ch) combine(ch), finish(ch);
+      for (int64_t ch = c0; ch < c1; ++ch) close_channel(ch, Mode::fused);
       if (!p_.planes) {  // with channel c0 - 1's last columns where block b's runs start with them
         const bool head = c0 > mine.first && p_.group >= kStreamUnit;
         spread_coefficients(c0 * p_.group, (c1 - c0) * p_.group, slot, head ? kStreamUnit : 0);

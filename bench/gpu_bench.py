@@ -267,7 +267,7 @@ def batch_norm_case(op, chw, channels_last):
 
     name = op + (" NHWC" if channels_last else " NCHW")
     return dict(family="batch_norm", op=op, name=name, build=build, target=(0.0, 2.0 if grad else 1.0),
-                channels_last=channels_last)
+                channels_last=channels_last, shape=[n, c, h, w])
 
 
 def cases():
@@ -545,7 +545,9 @@ def main():
     ap.add_argument("--families", default="elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="f32 and bf16 only, 10 repeats")
-    ap.add_argument("--ops", default="", help="only these ops (comma-separated names; default: every op)")
+    ap.add_argument("--ops", default="",
+                    help="only these ops (comma-separated names, or BatchNorm's with its layout: "
+                         "'BatchNormInternal NHWC'; default: every op)")
     ap.add_argument("--shapes", default="",
                     help="only the bias-GELU, softmax, forward and LayerNorm cases of these shapes (comma-separated, "
                          "as 8x32768x128; default: every case)")
@@ -562,7 +564,8 @@ def main():
     same_size = SameSizeCopy(timer, copy_gbs)
     rows = []
     for case in cases():
-        if case["family"] not in families or (args.ops and case["op"] not in args.ops.split(",")):
+        ops = args.ops.split(",")
+        if case["family"] not in families or (args.ops and case["op"] not in ops and case.get("name") not in ops):
             continue
         if args.shapes and "x".join(map(str, case.get("shape", ()))) not in args.shapes.split(","):
             continue

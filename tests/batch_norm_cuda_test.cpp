@@ -3,17 +3,21 @@
 // op bit for bit, and a batch cut in two with its halves' sums added; ranks 1 to 5, C = 1 to 8192, each kernel (runs and
 // columns, 16-byte packs and single elements); empty and one-value batches; sums near the f16
 // maximum; misaligned bases (and pointers off their element size, declined with a reason); a
-// tensor of more than 2^31 elements in each layout; bitwise repeatability; the caller's stream.
+// tensor of more than 2^31 elements in each layout; bitwise repeatability; the caller's stream;
+// kernels holding multiprocessors beside the fused ops.
 // Every test reports SKIPPED where no GPU is visible.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "cuda_blocker.hpp"
 #include "cuda_support.hpp"
 #include "gradops/ops.hpp"
 
@@ -340,9 +344,10 @@ std::string what(const Batch& b) {
 
 // Shapes through every CUDA kernel: NCHW runs of 16-byte packs, of 8-byte packs (16-bit 14x14),
 // of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0. The
-// fused op holds a channel on chip (in plain blocks, in clusters of 2 and of 16) where it fits,
-// and the last two shapes' channels do not fit a cluster at 32 bits: their fused op runs the
-// reduce, sums and apply kernels.
+// fused op holds a channel on chip (in plain blocks, in clusters of 2 and of 16) where it fits;
+// the channels of [4, 2, 400, 400] and [400000, 8] do not fit a cluster at 32 bits, so their fused
+// op runs the reduce, sums and apply kernels, as NHWC's does (in one tile of channels, and in
+// several with a shorter last one: 1000 channels in packs, 1001 not).
 struct Shape {
   std::vector<int64_t> shape;
   bool last;
@@ -350,7 +355,8 @@ struct Shape {
 const Shape kPaths[] = {{{8, 16, 32, 32}, false}, {{4, 24, 14, 14}, false}, {{6, 40, 7, 7}, false},
                         {{8, 14, 14, 64}, true},  {{50, 7, 7, 36}, true},   {{1, 1, 70001}, false},
                         {{20000, 8}, true},       {{1, 5}, false},          {{0, 4, 3}, true},
-                        {{4, 2, 400, 400}, false}, {{400000, 8}, true}};
+                        {{4, 2, 400, 400}, false}, {{400000, 8}, true},  {{3, 11, 1000}, true},
+                        {{2, 9, 1001}, true}};
 
 // One participant: reduce + apply on the GPU is the fused op there, bit for bit.
 TEST_F(BatchNormCuda, ReduceThenApplyIsTheFusedOpBitwise) {
@@ -407,6 +413,63 @@ TEST_F(BatchNormCuda, HalvesWithSummedSumsMatchTheWholeBatch) {
                 << what(b) << " output " << o << "[" << e << "]";
         }
       }
+}
+
+// Kernels holding multiprocessors, as a collective on another stream may (an all-reduce takes one
+// a channel), do not stop the fused ops: they finish on what is left, with the bits of a run on
+// the whole device. A quarter of the multiprocessors held: every path, NCHW held in clusters of 2
+// to 8 blocks and in plain blocks, NHWC's three kernels. All but two held: the paths without
+// clusters; a cluster may wait for the holder to finish there (measured in docs/ops/batch_norm.md).
+TEST_F(BatchNormCuda, FinishesBesideKernelsHoldingMultiprocessors) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  cudaStream_t hold_stream = nullptr, stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&hold_stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct Hold {
+    int blocks;
+    std::vector<Shape> shapes;
+  };
+  const Shape plain_nchw{{16, 256, 14, 14}, false}, nhwc{{16, 14, 14, 512}, true};
+  const Hold holds[] = {{sms / 4, {{{32, 64, 56, 56}, false}, {{16, 64, 56, 56}, false}, plain_nchw, nhwc}},
+                        {sms - 2, {plain_nchw, nhwc}}};
+  uint64_t seed = 9000;
+  for (const Hold& h : holds)
+    for (bool grad : {true, false})
+      for (const Shape& sh : h.shapes) {
+        const Batch b = make_batch(grad, {{DType::f32, DType::f32, DType::f32}}, sh.shape, sh.last, seed++);
+        const std::vector<Dev> in = upload(b, 0, b.shape[0]);
+        const std::vector<Dev> want = fused(b, in);
+        const std::vector<Dev> got = outputs(b, b.shape);  // allocated before the holding kernel runs
+        std::vector<TensorView> iv, ov;
+        for (const Dev& d : in) iv.push_back(d.view());
+        for (const Dev& d : got) ov.push_back(d.view());
+        std::vector<const TensorView*> ip, op;
+        for (auto& v : iv) ip.push_back(&v);
+        for (auto& v : ov) op.push_back(&v);
+        Context ctx;
+        ctx.cuda_stream = stream;
+        const std::string at = what(b) + " beside " + std::to_string(h.blocks) + " held multiprocessors";
+        bool finished = false;
+        {
+          Blocker hold(h.blocks, hold_stream, 20000);
+          ASSERT_TRUE(hold.all_running(5000)) << at << ": the holding kernel did not start";
+          const Status s = run(op_schema(grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal).name, ip, op,
+                               fused_attrs(b), ctx);
+          EXPECT_TRUE(s.is_ok()) << at << ": " << s.to_string();
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!finished && std::chrono::steady_clock::now() < end) {
+            finished = cudaStreamQuery(stream) == cudaSuccess;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          EXPECT_TRUE(hold.release()) << at << ": the holding kernel gave up before the release";
+        }
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(finished) << at << ": did not finish while they were held";
+        for (std::size_t o = 0; o < want.size(); ++o) EXPECT_EQ(want[o].raw(), got[o].raw()) << at << " output " << o;
+      }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(hold_stream), cudaSuccess);
 }
 
 // ---- more than 2^31 elements ---------------------------------------------------------------------

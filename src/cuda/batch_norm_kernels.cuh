@@ -19,8 +19,9 @@
 // kernels' over the same grid, which the reduce half then takes.
 //
 // The grid, and so every bit of every output, depends on the shape and the device alone: no
-// atomics. No block waits for a block outside its cluster, so no launch can stall behind kernels
-// that hold multiprocessors (an all-reduce on another stream, say). The apply walks the blocks in
+// atomics. No block waits for a block outside its cluster, so no launch can deadlock behind kernels
+// that hold multiprocessors (an all-reduce on another stream, say); a cluster does wait for a GPC
+// with room for it (docs/ops/batch_norm.md has the measurements). The apply walks the blocks in
 // the reverse order of the reduction: what the reduction read last is still in L2, and a tensor
 // pair that fits in L2 comes from memory once.
 //
@@ -607,7 +608,8 @@ __global__ void __launch_bounds__(kBnThreads) runs_held_kernel(BnArgs a) {
 
 // ---- launches -----------------------------------------------------------------------------------
 
-// For measuring: GRADOPS_CUDA_BN_HELD=k caps the held kernel's clusters at k blocks (0: never
+// GRADOPS_CUDA_BN_HELD=k caps the held kernel's clusters at k blocks, for measuring and for callers
+// beside kernels that fill half the GPU (1: plain blocks, which start wherever one fits; 0: never
 // held, the three kernels).
 inline int bn_held_cluster() {
   static const int k = [] {

@@ -330,26 +330,18 @@ template <class T, int VEC, bool kGrad>
 __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  griddep_wait();
   const int64_t b = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
   const int64_t tile = b % a.tiles, g = b / a.tiles;
   const int tx = static_cast<int>(threadIdx.x) % a.tw, ty = static_cast<int>(threadIdx.x) / a.tw;
   const int64_t cu = tile * a.tw + tx;
   if (ty >= a.rb || cu >= a.units) return;
   const int64_t r0 = g * a.n / a.groups, r1 = (g + 1) * a.n / a.groups;
-  const A* cf = static_cast<const A*>(a.coef);
-  BnCoef<A> co[VEC];
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    const int64_t ch = cu * VEC + e;
-    co[e] = {cf[ch], cf[a.c + ch], cf[2 * a.c + ch], cf[3 * a.c + ch]};
-  }
   const P* x = static_cast<const P*>(a.x);
   const P* dy = static_cast<const P*>(a.dy);
   P* out = static_cast<P*>(a.out);
   const int64_t rb = a.rb;
-  for (int64_t r = r0 + ty; r < r1; r += rb * kBnUnroll) {
-    P xs[kBnUnroll], gs[kBnUnroll];
+  P xs[kBnUnroll], gs[kBnUnroll];
+  const auto load = [&](int64_t r) {
 #pragma unroll
     for (int u = 0; u < kBnUnroll; ++u)
       if (r + u * rb < r1) {
@@ -357,9 +349,23 @@ __global__ void __launch_bounds__(kBnThreads) columns_apply_kernel(BnArgs a) {
         xs[u] = load_pack<1>(x + idx);
         if constexpr (kGrad) gs[u] = load_pack<1>(dy + idx);
       }
+  };
+  // X and dY are the call's inputs, which the kernels before do not write: the first batch is
+  // asked for while the sums kernel still runs; only the coefficients, and every store, wait.
+  load(r0 + ty);
+  griddep_wait();
+  const A* cf = static_cast<const A*>(a.coef);
+  BnCoef<A> co[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const int64_t ch = cu * VEC + e;
+    co[e] = {cf[ch], cf[a.c + ch], cf[2 * a.c + ch], cf[3 * a.c + ch]};
+  }
+  for (int64_t r = r0 + ty; r < r1; r += rb * kBnUnroll) {
 #pragma unroll
     for (int u = 0; u < kBnUnroll; ++u)
       if (r + u * rb < r1) store_pack<1>(out + (r + u * rb) * a.units + cu, apply_pack<kGrad>(co, xs[u], gs[u]));
+    if (r + rb * kBnUnroll < r1) load(r + rb * kBnUnroll);
   }
 }
 
@@ -468,10 +474,16 @@ template <class T, bool kGrad, bool kColumns, bool kFinish>
 __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
   using A = compute_t<T>;
   __shared__ double l1[kBnFinishLanes][33], l2[kBnFinishLanes][33];
-  griddep_wait();  // launched while the reduction drains: its partials are complete only now
-  griddep_launch_dependents();  // the elementwise grid may take the multiprocessors this one leaves
   const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  // The gradient's channel inputs are the call's, which the reduction does not write: the
+  // finishing thread asks for them before waiting, so that their trip to memory overlaps the
+  // reduction's tail. (Held that long, the forward's five and f64's three spilled registers.)
+  constexpr bool kEarly = kGrad && std::is_same_v<A, float>;
+  BnChannel<A> ch{};
+  if (kEarly && ty == 0 && c < a.c) ch = load_channel<T, kGrad, kColumns>(a, c);
+  griddep_wait();  // launched while the reduction drains: its partials are complete only now
+  griddep_launch_dependents();  // the elementwise grid may take the multiprocessors this one leaves
   const A* p1 = static_cast<const A*>(a.partial);
   const A* p2 = p1 + a.groups * a.c;
   // The loads of kBatch groups at a time are issued together (each is a trip to L2).
@@ -495,7 +507,7 @@ __global__ void __launch_bounds__(32 * kBnFinishLanes) sums_kernel(BnArgs a) {
   if (ty != 0 || c >= a.c) return;
   double t1 = l1[0][tx], t2 = l2[0][tx];
   for (int k = 1; k < kBnFinishLanes; ++k) t1 += l1[k][tx], t2 += l2[k][tx];
-  const BnChannel<A> ch = load_channel<T, kGrad, kColumns>(a, c);
+  if constexpr (!kEarly) ch = load_channel<T, kGrad, kColumns>(a, c);
   double sum1, sum2;
   sums_from<kGrad>(a, ch, t1, t2, &sum1, &sum2);
   if constexpr (kFinish) {

@@ -233,19 +233,16 @@ template <class T, int VEC, bool kGrad>
 __global__ void __launch_bounds__(kBnThreads) runs_apply_kernel(BnArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  griddep_wait();  // the finish's coefficients
   const int64_t b = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the reduction's last blocks first
   const int64_t c = b / a.groups, g = b % a.groups;
-  const A* cf = static_cast<const A*>(a.coef);
-  const BnCoef<A> co[1] = {{cf[c], cf[a.c + c], cf[2 * a.c + c], cf[3 * a.c + c]}};
   const P* x = static_cast<const P*>(a.x);
   const P* dy = static_cast<const P*>(a.dy);
   P* out = static_cast<P*>(a.out);
   RunCursor cur(a, g);
-  while (cur.u < cur.end) {
-    P xs[kBnUnroll], gs[kBnUnroll];
-    int64_t at[kBnUnroll];
-    bool ok[kBnUnroll];
+  P xs[kBnUnroll], gs[kBnUnroll];
+  int64_t at[kBnUnroll];
+  bool ok[kBnUnroll];
+  const auto load = [&] {
 #pragma unroll
     for (int k = 0; k < kBnUnroll; ++k) {
       ok[k] = cur.u < cur.end;
@@ -256,9 +253,18 @@ __global__ void __launch_bounds__(kBnThreads) runs_apply_kernel(BnArgs a) {
       }
       cur.next(a);
     }
+  };
+  // X and dY are the call's inputs, which the kernels before do not write: the first batch is
+  // asked for before the wait; only the coefficients, and every store, wait.
+  load();
+  griddep_wait();
+  const A* cf = static_cast<const A*>(a.coef);
+  const BnCoef<A> co[1] = {{cf[c], cf[a.c + c], cf[2 * a.c + c], cf[3 * a.c + c]}};
+  while (ok[0]) {
 #pragma unroll
     for (int u = 0; u < kBnUnroll; ++u)
       if (ok[u]) store_pack<1>(out + at[u], apply_pack<kGrad>(co, xs[u], gs[u]));
+    load();
   }
 }
 

@@ -563,8 +563,8 @@ def main():
     copy_gbs = copy_bandwidth(timer)
     same_size = SameSizeCopy(timer, copy_gbs)
     rows = []
+    ops = args.ops.split(",")
     for case in cases():
-        ops = args.ops.split(",")
         if case["family"] not in families or (args.ops and case["op"] not in ops and case.get("name") not in ops):
             continue
         if args.shapes and "x".join(map(str, case.get("shape", ()))) not in args.shapes.split(","):

@@ -287,15 +287,20 @@ std::vector<Dev> outputs(const Batch& b, const std::vector<int64_t>& shape) {
   for (int i = 0; i < (b.grad ? 2 : 4); ++i) o.emplace_back(b.sig.types[b.grad ? 1 : 2], std::vector<int64_t>{b.c});
   return o;
 }
-Status call(OpId id, const std::vector<const Dev*>& in, const std::vector<const Dev*>& out,
-            std::vector<Attribute> attrs) {
+// Runs the op on ctx's stream without waiting for it.
+Status launch_op(OpId id, const std::vector<const Dev*>& in, const std::vector<const Dev*>& out,
+                 const std::vector<Attribute>& attrs, const Context& ctx = {}) {
   std::vector<TensorView> iv, ov;
   for (const Dev* d : in) iv.push_back(d->view());
   for (const Dev* d : out) ov.push_back(d->view());
   std::vector<const TensorView*> ip, op;
   for (auto& v : iv) ip.push_back(&v);
   for (auto& v : ov) op.push_back(&v);
-  const Status s = run(op_schema(id).name, ip, op, attrs, {});
+  return run(op_schema(id).name, ip, op, attrs, ctx);
+}
+Status call(OpId id, const std::vector<const Dev*>& in, const std::vector<const Dev*>& out,
+            std::vector<Attribute> attrs) {
+  const Status s = launch_op(id, in, out, attrs);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return s;
 }
@@ -441,12 +446,6 @@ TEST_F(BatchNormCuda, FinishesBesideKernelsHoldingMultiprocessors) {
         const std::vector<Dev> in = upload(b, 0, b.shape[0]);
         const std::vector<Dev> want = fused(b, in);
         const std::vector<Dev> got = outputs(b, b.shape);  // allocated before the holding kernel runs
-        std::vector<TensorView> iv, ov;
-        for (const Dev& d : in) iv.push_back(d.view());
-        for (const Dev& d : got) ov.push_back(d.view());
-        std::vector<const TensorView*> ip, op;
-        for (auto& v : iv) ip.push_back(&v);
-        for (auto& v : ov) op.push_back(&v);
         Context ctx;
         ctx.cuda_stream = stream;
         const std::string at = what(b) + " beside " + std::to_string(h.blocks) + " held multiprocessors";
@@ -454,8 +453,8 @@ TEST_F(BatchNormCuda, FinishesBesideKernelsHoldingMultiprocessors) {
         {
           Blocker hold(h.blocks, hold_stream, 20000);
           ASSERT_TRUE(hold.all_running(5000)) << at << ": the holding kernel did not start";
-          const Status s = run(op_schema(grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal).name, ip, op,
-                               fused_attrs(b), ctx);
+          const Status s = launch_op(grad ? OpId::BatchNormalizationGrad : OpId::BatchNormInternal, ptrs(in),
+                                     ptrs(got), fused_attrs(b), ctx);
           EXPECT_TRUE(s.is_ok()) << at << ": " << s.to_string();
           const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
           while (!finished && std::chrono::steady_clock::now() < end) {

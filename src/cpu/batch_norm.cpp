@@ -1,5 +1,6 @@
 // BatchNorm family, CPU kernels: one source compiled for SSE4, AVX2, AVX-512 and a portable target
-// (Highway), chosen at run time.
+// (Highway), chosen at run time (batch_norm::run); the six ops' descriptors become Jobs in
+// batch_norm_entries.cpp.
 //
 // Every op of the family is plan -> reduce -> combine -> finish -> apply (Job, in batch_norm.hpp): both fused
 // ops reduce every channel over its Mc = n·spatial values, then make one elementwise pass; the
@@ -920,82 +921,17 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace gradops::cpu {
 HWY_EXPORT(BatchNorm);
+}  // namespace gradops::cpu
 
-namespace {
-Status run_job(const batch_norm::Job& job, const Context& ctx) {
+namespace gradops::cpu::batch_norm {
+Status run(const Job& job, const Context& ctx) {
   if (job.c == 0) {  // no channels: every output is empty but the sums' count
     // (n·spatial in f64: with no channels the other dims may multiply past int64)
-    if (job.mode == batch_norm::Mode::reduce)
-      batch_norm::store_sum(job.sums_out, 0, static_cast<double>(job.n) * static_cast<double>(job.spatial));
+    if (job.mode == Mode::reduce) store_sum(job.sums_out, 0, static_cast<double>(job.n) * static_cast<double>(job.spatial));
     return {};
   }
   apply_simd_target_from_environment();
   return HWY_DYNAMIC_DISPATCH(BatchNorm)(job, ctx);
 }
-
-batch_norm::Job grad_job(const detail::BatchNormGradDesc& d, batch_norm::Mode mode) {
-  batch_norm::Job j;
-  static_cast<detail::BatchNormShape&>(j) = d.shape;
-  j.grad = true;
-  j.mode = mode;
-  j.x = d.x, j.scale = d.scale, j.dy = d.dy, j.mean = d.mean, j.inv_std = d.inv_std;
-  j.dx = d.dx, j.dscale = d.dscale, j.dbias = d.dbias;
-  return j;
-}
-
-batch_norm::Job forward_job(const detail::BatchNormForwardDesc& d, batch_norm::Mode mode) {
-  batch_norm::Job j;
-  static_cast<detail::BatchNormShape&>(j) = d.shape;
-  j.mode = mode;
-  j.x = d.x, j.scale = d.scale, j.bias = d.bias, j.input_mean = d.input_mean, j.input_var = d.input_var;
-  j.y = d.y, j.running_mean = d.running_mean, j.running_var = d.running_var;
-  j.saved_mean = d.saved_mean, j.saved_inv_std = d.saved_inv_std;
-  j.epsilon = d.epsilon, j.momentum = d.momentum;
-  return j;
-}
-}  // namespace
-}  // namespace gradops::cpu
-
-namespace gradops::detail {
-using cpu::batch_norm::Mode;
-
-Status cpu_batch_norm_grad(const BatchNormGradDesc& d, const Context& ctx) {
-  cpu::batch_norm::Job j = cpu::grad_job(d, Mode::fused);
-  j.op_name = "BatchNormalizationGrad";
-  return cpu::run_job(j, ctx);
-}
-Status cpu_batch_norm_forward(const BatchNormForwardDesc& d, const Context& ctx) {
-  cpu::batch_norm::Job j = cpu::forward_job(d, Mode::fused);
-  j.op_name = "BatchNormInternal";
-  return cpu::run_job(j, ctx);
-}
-Status cpu_batch_norm_grad_reduce(const BatchNormGradReduceDesc& d, const Context& ctx) {
-  BatchNormGradDesc g{};
-  g.shape = d.shape, g.dy = d.dy, g.x = d.x, g.mean = d.mean, g.inv_std = d.inv_std;
-  cpu::batch_norm::Job j = cpu::grad_job(g, Mode::reduce);
-  j.op_name = "BatchNormGradReduce";
-  j.sums_out = d.sums;
-  return cpu::run_job(j, ctx);
-}
-Status cpu_batch_norm_grad_apply(const BatchNormGradApplyDesc& d, const Context& ctx) {
-  cpu::batch_norm::Job j = cpu::grad_job(d.grad, Mode::apply);
-  j.op_name = "BatchNormGradApply";
-  j.sums_in = d.sums;
-  return cpu::run_job(j, ctx);
-}
-Status cpu_batch_norm_stats_reduce(const BatchNormStatsReduceDesc& d, const Context& ctx) {
-  BatchNormForwardDesc f{};
-  f.shape = d.shape, f.x = d.x, f.input_mean = d.input_mean;
-  cpu::batch_norm::Job j = cpu::forward_job(f, Mode::reduce);
-  j.op_name = "BatchNormStatsReduce";
-  j.sums_out = d.sums;
-  return cpu::run_job(j, ctx);
-}
-Status cpu_batch_norm_stats_apply(const BatchNormStatsApplyDesc& d, const Context& ctx) {
-  cpu::batch_norm::Job j = cpu::forward_job(d.fwd, Mode::apply);
-  j.op_name = "BatchNormStatsApply";
-  j.sums_in = d.sums;
-  return cpu::run_job(j, ctx);
-}
-}  // namespace gradops::detail
+}  // namespace gradops::cpu::batch_norm
 #endif

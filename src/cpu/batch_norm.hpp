@@ -76,6 +76,10 @@ constexpr int64_t kCombineMin = 8192;     // piece partials from which the combi
 constexpr int64_t kSetupMinChannels = 512;  // channels from which the setup takes every thread
 constexpr int64_t kMinReduceCols = 128;   // a reduce task's columns at least, where tasks are split for threads
 
+// Runs the job on the best SIMD target this CPU has (batch_norm.cpp); the op entries
+// (batch_norm_entries.cpp) build their jobs and call it.
+Status run(const Job& job, const Context& ctx);
+
 // The pieces and traversals of a shape (the two forms of batch_norm.cpp's opening comment).
 struct Plan {
   bool planes = false;

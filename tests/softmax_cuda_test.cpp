@@ -65,7 +65,9 @@ TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
       {1, 64000, 2}, {1, 70000, 2},
       // cuda:strided's split (long axes over few columns): ragged last chunks (240, 242 and 2
       // positions), an odd inner over several column tiles, more chunks than lanes along the axis.
-      {3, 7000, 33}, {2, 4097, 5},  {1, 65537, 3}};
+      {3, 7000, 33}, {2, 4097, 5},  {1, 65537, 3},
+      // ... and in 16-byte packs along inner (aligned: whole packs a row; tiles across outer rows).
+      {2, 9000, 64}, {3, 6000, 24}};
   uint64_t seed = 5000;
   for (OpId id : family_ops(OpFamily::softmax)) {
     if (!single_axis(id)) continue;
@@ -81,6 +83,34 @@ TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
           p.seed = seed++;
           ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
         }
+  }
+}
+
+// cuda:strided reads 16-byte packs along inner where the tensors allow and single elements where
+// they do not (here: misaligned by an element): the same statistics in the same order, so the
+// same bits. The axes are long enough that neither read takes cuda:strided_held in any dtype
+// (SoftmaxPathPerRowLength checks the packed reads' path).
+TEST_F(Cuda, SoftmaxStridedPacksGiveTheBitsOfSingleElements) {
+  const std::vector<std::vector<int64_t>> shapes = {{2, 40000, 64}, {4, 20000, 24}};
+  for (OpId id : family_ops(OpFamily::softmax)) {
+    if (!single_axis(id)) continue;
+    for (DType t : kAllDTypes)
+      for (const std::vector<int64_t>& shape : shapes) {
+        Problem p;
+        p.op = id;
+        p.sig = {{t, t, t}};
+        p.shape = shape;
+        p.attrs = {{"axis", 1.0}};
+        p.seed = 7100;
+        p.device = Device::cuda();
+        const Report packed = run_case(p);
+        p.misaligned = true;
+        const Report single = run_case(p);
+        ASSERT_TRUE(packed.status.is_ok() && single.status.is_ok()) << describe(p);
+        ASSERT_TRUE(packed.pass) << packed.detail;
+        ASSERT_TRUE(single.pass) << single.detail;
+        ASSERT_EQ(packed.outputs, single.outputs) << describe(p) << ": packed and single-element reads differ";
+      }
   }
 }
 
@@ -102,6 +132,8 @@ TEST_F(Cuda, SoftmaxPathPerRowLength) {
       {{2, 5000, 2}, DType::f32, 1, "cuda:strided_held"},     {{1, 32000, 2}, DType::f32, 1, "cuda:strided_held"},
       {{1, 70000, 2}, DType::f32, 1, "cuda:strided"},         {{64, 1000, 96}, DType::bf16, 1, "cuda:strided_held"},
       {{8, 32768, 128}, DType::f32, 1, "cuda:strided"},       {{1, 65537, 3}, DType::bf16, 1, "cuda:strided"},
+      {{2, 40000, 64}, DType::bf16, 1, "cuda:strided"},       {{4, 20000, 24}, DType::f16, 1, "cuda:strided"},
+      {{4, 20000, 24}, DType::f64, 1, "cuda:strided"},
   };
   for (const Expect& e : cases) {
     const std::size_t bytes = static_cast<std::size_t>(count_of(e.shape)) * dtype_size(e.t);

@@ -3,8 +3,9 @@
 //   cuda:strided_held   each column group's share of the axis held in registers by a block, or a
 //                       cluster of up to 16 blocks, so the tensor is read once (strided_plan in
 //                       softmax_rows.cuh says how a shape is laid out)
-//   cuda:strided        the rest: threads along inner, lanes along the axis, two passes (a long
-//                       axis over few columns split into chunks, two launches)
+//   cuda:strided        the rest: threads along inner (in packs where aligned), lanes along the
+//                       axis, two passes (a long axis over few columns split into chunks, two
+//                       launches)
 #pragma once
 
 #include "core/workspace.hpp"
@@ -41,17 +42,22 @@ struct StridedArgs {
   int chunks;
 };
 
-// blockDim = (TX, TY): threadIdx.x walks TX consecutive groups (o, i) of the flattened outer x
-// inner space, so a warp reads TX consecutive i (or, for small inner, a few axis steps of them);
+// blockDim = (TX, TY): threadIdx.x walks TX consecutive runs of VW groups (o, i) of the flattened
+// outer x inner space, so a warp reads TX·VW consecutive i (or, for small inner, a few axis steps
+// of them), VW at a time where inner is whole VW-element packs and the tensors 16-byte aligned;
 // threadIdx.y takes axis positions ty, ty + TY, ... of the block's chunk; the TY partial statistics
-// of a group are combined in order, and the chunks' (split) in chunk order.
-template <SoftmaxKind K, class T, StridedPhase P>
+// of a group are combined in order, and the chunks' (split) in chunk order. A group's statistic
+// takes the same steps in the same order whatever VW is: VW changes how many groups a thread
+// carries, not the bits.
+template <SoftmaxKind K, class T, StridedPhase P, int VW>
 __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a) {
   using A = compute_t<T>;
   using R = StreamOp<K, A>;
   using V = typename R::V;
-  __shared__ V part[kStridedThreads];
-  __shared__ V total[32];
+  using PT = Pack<T, VW>;
+  // [VW][TY][TX]: a warp's stores and the combining lanes' loads fall in distinct banks.
+  __shared__ V part[kStridedThreads * VW];
+  __shared__ V total[32 * VW];
   const T* dy = static_cast<const T*>(a.dy);
   const T* y = static_cast<const T*>(a.y);
   T* out = static_cast<T*>(a.out);
@@ -60,52 +66,69 @@ __global__ void __launch_bounds__(kStridedThreads) strided_kernel(StridedArgs a)
   const int64_t groups = a.outer * a.inner;
   const int64_t step = a.inner;
   const int64_t a0 = static_cast<int64_t>(blockIdx.y) * a.chunk, a1 = min(a.len, a0 + a.chunk);
-  for (int64_t tile = blockIdx.x; tile * TX < groups; tile += gridDim.x) {
-    const int64_t c = tile * TX + tx;
+  auto slot = [&](int j, int k) -> V& { return part[(j * TY + k) * TX + tx]; };
+  for (int64_t tile = blockIdx.x; tile * TX * VW < groups; tile += gridDim.x) {
+    const int64_t c = (tile * TX + tx) * VW;  // the thread's first group; inner % VW == 0
     const bool live = c < groups;
     const int64_t base = live ? (c / a.inner) * a.len * a.inner + c % a.inner : 0;
-    auto elem = [&](int64_t ax, A& ye, A& ge) {
-      ye = to_compute(y[base + ax * step]);
-      ge = A(0);
-      if constexpr (is_grad(K)) ge = to_compute(dy[base + ax * step]);
+    auto packs = [&](int64_t ax, PT& yp, PT& gp) {
+      yp = *reinterpret_cast<const PT*>(y + base + ax * step);
+      if constexpr (is_grad(K)) gp = *reinterpret_cast<const PT*>(dy + base + ax * step);
     };
     if constexpr (P == StridedPhase::apply) {
       // The chunks' statistics k = ty, ty + TY, ... combined in order by each lane along the axis,
       // then the lanes' in order: one dependent chain of chunks / TY loads, not of chunks.
-      V v = R::identity();
+      V v[VW];
+#pragma unroll
+      for (int j = 0; j < VW; ++j) v[j] = R::identity();
       if (live)
-        for (int k = ty; k < a.chunks; k += TY) v = R::combine(v, parts[k * groups + c]);
-      part[ty * TX + tx] = v;
+        for (int k = ty; k < a.chunks; k += TY)
+#pragma unroll
+          for (int j = 0; j < VW; ++j) v[j] = R::combine(v[j], parts[k * groups + c + j]);
+#pragma unroll
+      for (int j = 0; j < VW; ++j) slot(j, ty) = v[j];
     } else {
-      Stat<A> st{-INFINITY, A(0)};
+      Stat<A> st[VW];
+#pragma unroll
+      for (int j = 0; j < VW; ++j) st[j] = Stat<A>{-INFINITY, A(0)};
       if (live)
 #pragma unroll 4
         for (int64_t ax = a0 + ty; ax < a1; ax += TY) {
-          A ye, ge;
-          elem(ax, ye, ge);
-          push<K>(st, ye, ge);
+          PT yp, gp{};
+          packs(ax, yp, gp);
+#pragma unroll
+          for (int j = 0; j < VW; ++j) push<K>(st[j], unpack(yp, j), is_grad(K) ? unpack(gp, j) : A(0));
         }
-      part[ty * TX + tx] = stream_value<K>(st);
+#pragma unroll
+      for (int j = 0; j < VW; ++j) slot(j, ty) = stream_value<K>(st[j]);
     }
     __syncthreads();
     if (ty == 0) {
-      V v = part[tx];
-      for (int k = 1; k < TY; ++k) v = R::combine(v, part[k * TX + tx]);
-      if constexpr (P == StridedPhase::partial) {
-        if (live) parts[blockIdx.y * groups + c] = v;
-      } else {
-        total[tx] = v;
+#pragma unroll
+      for (int j = 0; j < VW; ++j) {
+        V v = slot(j, 0);
+        for (int k = 1; k < TY; ++k) v = R::combine(v, slot(j, k));
+        if constexpr (P == StridedPhase::partial) {
+          if (live) parts[blockIdx.y * groups + c + j] = v;
+        } else {
+          total[j * TX + tx] = v;
+        }
       }
     }
     __syncthreads();
     if constexpr (P != StridedPhase::partial) {
-      const Final<A> f = final_of<K, A>(total[tx]);
+      Final<A> f[VW];
+#pragma unroll
+      for (int j = 0; j < VW; ++j) f[j] = final_of<K, A>(total[j * TX + tx]);
       if (live)
 #pragma unroll 4
         for (int64_t ax = a0 + ty; ax < a1; ax += TY) {
-          A ye, ge;
-          elem(ax, ye, ge);
-          out[base + ax * step] = from_compute<T>(output<K, sizeof(T) == 2>(f, ye, ge));
+          PT yp, gp{}, o;
+          packs(ax, yp, gp);
+#pragma unroll
+          for (int j = 0; j < VW; ++j)
+            o.v[j] = from_compute<T>(output<K, sizeof(T) == 2>(f[j], unpack(yp, j), is_grad(K) ? unpack(gp, j) : A(0)));
+          *reinterpret_cast<PT*>(out + base + ax * step) = o;
         }
       __syncthreads();  // part and total are rewritten by the next tile
     }
@@ -331,10 +354,11 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
 
 // ---- host side --------------------------------------------------------------------------------
 
-template <SoftmaxKind K, class T>
-Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+template <SoftmaxKind K, class T, int VW>
+Status run_strided_as(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
   using V = typename StreamOp<K, compute_t<T>>::V;
   const int tx = 1 << std::min(5, log2_ceil(d.inner));
+  // The chunks, and so the bits, come from the one-group-a-thread tiling whatever VW is.
   const int64_t tiles = ceil_div(d.outer * d.inner, tx);
   // Chunks for about kStridedSplitBlocks blocks, each of at least kStridedMinChunk positions (so
   // at most kStridedSplitBlocks of them, well within gridDim.y).
@@ -345,25 +369,38 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
   const bool split = chunks > 1;
   const int ty = std::min(kStridedThreads / tx, 1 << std::min(8, log2_ceil(chunk)));
   int per_sm = 0;
-  if (Status s = blocks_per_sm<strided_kernel<K, T, StridedPhase::whole>>(op, dev, kStridedThreads, &per_sm); !s)
+  if (Status s = blocks_per_sm<strided_kernel<K, T, StridedPhase::whole, VW>>(op, dev, kStridedThreads, &per_sm); !s)
     return s;
   const int64_t most = std::max<int64_t>(1, int64_t{dev.sm_count} * per_sm * (kStridedThreads / (tx * ty)) / chunks);
-  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, std::min<int64_t>(most, 0x7fffffff))),
+  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(ceil_div(tiles, VW), 1, std::min<int64_t>(most, 0x7fffffff))),
                   static_cast<unsigned>(chunks));
   const cudaStream_t stream = stream_of(ctx);
   StridedArgs a{d.dy, d.y, d.out, nullptr, d.outer, d.axis_len, d.inner, chunk, chunks};
   if (!split)
-    return launch(op, "the strided launch", strided_kernel<K, T, StridedPhase::whole>, grid, dim3(tx, ty), stream, a);
+    return launch(op, "the strided launch", strided_kernel<K, T, StridedPhase::whole, VW>, grid, dim3(tx, ty), stream, a);
   detail::Workspace ws;
   const auto bytes = sizeof(V) * static_cast<std::size_t>(chunks) * static_cast<std::size_t>(d.outer * d.inner);
   if (Status s = ws.allocate(ctx, Device::cuda(dev.ordinal), bytes, op); !s) return s;
   a.part = ws.as<V>();
-  if (Status s = launch(op, "the strided statistics launch", strided_kernel<K, T, StridedPhase::partial>, grid,
+  if (Status s = launch(op, "the strided statistics launch", strided_kernel<K, T, StridedPhase::partial, VW>, grid,
                         dim3(tx, ty), stream, a);
       !s)
     return s;
-  return launch(op, "the strided output launch", strided_kernel<K, T, StridedPhase::apply>, grid, dim3(tx, ty), stream,
-                a);
+  return launch(op, "the strided output launch", strided_kernel<K, T, StridedPhase::apply, VW>, grid, dim3(tx, ty),
+                stream, a);
+}
+
+// Packs along inner where inner is whole packs and every tensor is 16-byte aligned: 16 bytes for
+// f32 and f64, 8 (four elements) for f16 and bf16. One element a load, the 16-bit kernels ran no
+// faster than f32 (8x32768x128 on an H100: 0.37 of copy against 0.49); packs of 4 gained more
+// there than packs of 8, which left the 16-bit forwards of 2048x2048x8 a quarter of the blocks
+// and slower than single elements (lab/cuda/NOTES.md).
+template <SoftmaxKind K, class T>
+Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
+  constexpr int P = sizeof(T) == 2 ? 4 : kPackElems<T>;  // Pack<T, 4> is 8-byte aligned
+  const bool packed = d.inner % P == 0 && aligned_to(d.y, 16) && aligned_to(d.out, 16) &&
+                      (!is_grad(K) || aligned_to(d.dy, 16));
+  return packed ? run_strided_as<K, T, P>(op, d, ctx, dev) : run_strided_as<K, T, 1>(op, d, ctx, dev);
 }
 
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled

@@ -31,7 +31,16 @@ __global__ void hold(volatile int* ctl, unsigned long long limit_ns) {
   __syncthreads();
 }
 
-constexpr int kHoldSmem = 160 << 10;  // more than half of any multiprocessor's shared memory
+// One block a multiprocessor: the most shared memory a block may opt into, more than half of a
+// multiprocessor's on every architecture since Volta (H100 227 of 228 KiB, A100 163 of 164, Ada
+// 99 of 100); 0 where the device will not say.
+int hold_smem() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  return bytes;
+}
 
 }  // namespace
 
@@ -41,10 +50,11 @@ Blocker::Blocker(int blocks, cudaStream_t stream, int limit_ms) : blocks_(blocks
   host_ = static_cast<volatile int*>(p);
   for (int i = 0; i < 2 + blocks; ++i) host_[i] = 0;
   void* dev = nullptr;
-  if (cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess ||
-      cudaFuncSetAttribute(hold, cudaFuncAttributeMaxDynamicSharedMemorySize, kHoldSmem) != cudaSuccess)
+  const int smem = hold_smem();
+  if (smem == 0 || cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess ||
+      cudaFuncSetAttribute(hold, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return;
-  hold<<<blocks, 32, kHoldSmem, stream>>>(static_cast<volatile int*>(dev),
+  hold<<<blocks, 32, smem, stream>>>(static_cast<volatile int*>(dev),
                                           static_cast<unsigned long long>(limit_ms) * 1000000ull);
 }
 

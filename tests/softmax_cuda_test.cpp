@@ -86,12 +86,12 @@ TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
   }
 }
 
-// cuda:strided reads 16-byte packs along inner where the tensors allow and single elements where
-// they do not (here: misaligned by an element): the same statistics in the same order, so the
-// same bits. The axes are long enough that neither read takes cuda:strided_held in any dtype
-// (SoftmaxPathPerRowLength checks the packed reads' path).
+// cuda:strided reads packs along inner where the tensors allow (f32 pairs at inner 6) and
+// single elements where they do not (here: misaligned by an element): the same statistics in the
+// same order, so the same bits. The axes are long enough that neither read takes
+// cuda:strided_held in any dtype (SoftmaxPathPerRowLength checks the packed reads' path).
 TEST_F(Cuda, SoftmaxStridedPacksGiveTheBitsOfSingleElements) {
-  const std::vector<std::vector<int64_t>> shapes = {{2, 40000, 64}, {4, 20000, 24}};
+  const std::vector<std::vector<int64_t>> shapes = {{2, 40000, 64}, {4, 20000, 24}, {2, 80000, 6}};
   for (OpId id : family_ops(OpFamily::softmax)) {
     if (!single_axis(id)) continue;
     for (DType t : kAllDTypes)
@@ -133,7 +133,7 @@ TEST_F(Cuda, SoftmaxPathPerRowLength) {
       {{1, 70000, 2}, DType::f32, 1, "cuda:strided"},         {{64, 1000, 96}, DType::bf16, 1, "cuda:strided_held"},
       {{8, 32768, 128}, DType::f32, 1, "cuda:strided"},       {{1, 65537, 3}, DType::bf16, 1, "cuda:strided"},
       {{2, 40000, 64}, DType::bf16, 1, "cuda:strided"},       {{4, 20000, 24}, DType::f16, 1, "cuda:strided"},
-      {{4, 20000, 24}, DType::f64, 1, "cuda:strided"},
+      {{4, 20000, 24}, DType::f64, 1, "cuda:strided"},      {{2, 80000, 6}, DType::bf16, 1, "cuda:strided"},
   };
   for (const Expect& e : cases) {
     const std::size_t bytes = static_cast<std::size_t>(count_of(e.shape)) * dtype_size(e.t);

@@ -3,7 +3,7 @@
 //   cuda:strided_held   each column group's share of the axis held in registers by a block, or a
 //                       cluster of up to 16 blocks, so the tensor is read once (strided_plan in
 //                       softmax_rows.cuh says how a shape is laid out)
-//   cuda:strided        the rest: threads along inner (in packs where aligned), lanes along the
+//   cuda:strided        the rest: threads along inner (in packs where they fit), lanes along the
 //                       axis, two passes (a long axis over few columns split into chunks, two
 //                       launches)
 #pragma once
@@ -44,7 +44,7 @@ struct StridedArgs {
 
 // blockDim = (TX, TY): threadIdx.x walks TX consecutive runs of VW groups (o, i) of the flattened
 // outer x inner space, so a warp reads TX·VW consecutive i (or, for small inner, a few axis steps
-// of them), VW at a time where inner is whole VW-element packs and the tensors 16-byte aligned;
+// of them), VW at a time where inner is whole VW-element packs and the tensors aligned to one;
 // threadIdx.y takes axis positions ty, ty + TY, ... of the block's chunk; the TY partial statistics
 // of a group are combined in order, and the chunks' (split) in chunk order. A group's statistic
 // takes the same steps in the same order whatever VW is: VW changes how many groups a thread
@@ -390,17 +390,26 @@ Status run_strided_as(std::string_view op, const SoftmaxDesc& d, const Context& 
                 stream, a);
 }
 
-// Packs along inner where inner is whole packs and every tensor is 16-byte aligned: 16 bytes for
-// f32 and f64, 8 (four elements) for f16 and bf16. One element a load, the 16-bit kernels ran no
-// faster than f32 (8x32768x128 on an H100: 0.37 of copy against 0.49); packs of 4 gained more
-// there than packs of 8, which left the 16-bit forwards of 2048x2048x8 a quarter of the blocks
-// and slower than single elements (lab/cuda/NOTES.md).
+// Packs along inner where inner is whole packs and every tensor is aligned to one: 16 bytes of
+// f32 or f64 and four elements of f16 or bf16, else pairs of f32 where inner is even. One element
+// a load, the 16-bit kernels ran no faster than f32 (8x32768x128 on an H100: 0.37 of copy
+// against 0.49), and the forwards' running max and sum were one dependent chain a thread. Packs
+// of four 16-bit elements gained more than packs of eight, which left the 16-bit forwards of
+// 2048x2048x8 a quarter of the blocks and slower than single elements; 16-bit pairs made the
+// forwards of 512x32768x2 slower too (192 -> 240 us), f32 pairs faster (354 -> 284 us; all on an
+// H100, lab/cuda/NOTES.md).
 template <SoftmaxKind K, class T>
 Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
-  constexpr int P = sizeof(T) == 2 ? 4 : kPackElems<T>;  // Pack<T, 4> is 8-byte aligned
-  const bool packed = d.inner % P == 0 && aligned_to(d.y, 16) && aligned_to(d.out, 16) &&
-                      (!is_grad(K) || aligned_to(d.dy, 16));
-  return packed ? run_strided_as<K, T, P>(op, d, ctx, dev) : run_strided_as<K, T, 1>(op, d, ctx, dev);
+  constexpr int P = sizeof(T) == 2 ? 4 : kPackElems<T>;
+  auto packs_of = [&](int vw) {
+    const std::size_t bytes = static_cast<std::size_t>(vw) * sizeof(T);
+    return d.inner % vw == 0 && aligned_to(d.y, bytes) && aligned_to(d.out, bytes) &&
+           (!is_grad(K) || aligned_to(d.dy, bytes));
+  };
+  if (packs_of(P)) return run_strided_as<K, T, P>(op, d, ctx, dev);
+  if constexpr (sizeof(T) == 4)
+    if (packs_of(2)) return run_strided_as<K, T, 2>(op, d, ctx, dev);
+  return run_strided_as<K, T, 1>(op, d, ctx, dev);
 }
 
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled

@@ -13,13 +13,13 @@
 //       acc[c] then folds into column c mod inner, and the column values are spread back into a
 //       W-periodic pattern for the write pass. Lanes past the slab's end alias real columns, so
 //       they are masked out of the forwards' max and sum.
-//     - otherwise: blocks of inner positions, one accumulator lane per position, updated by a
-//       contiguous vector loop over the block while walking down the axis. Blocks are as wide as
-//       lets the block's inputs stay in L2 for the write pass (a whole slab where it fits: one
-//       contiguous run), but at least 1 KiB; runs shorter than 2 KiB, a row apart, are prefetched
-//       in software some rows ahead.
-//     A tile (a folded slab or a block) is read from memory by its first pass (the gradients' sum,
-//     the forwards' max) and written from cache by its write pass; a thread runs tile u's write
+//     - otherwise: whole rows of inner positions, one accumulator lane per position, updated by
+//       a contiguous vector loop over the row while walking down the axis; the slab is one
+//       contiguous run. Slabs past the cache budget are read from memory by both passes: column
+//       blocks narrow enough to stay in L2 read strided runs instead, which ran slower (up to
+//       1.7x) than the second read on every shape measured.
+//     A tile (a slab) is read from memory by its first pass (the gradients' sum, the forwards'
+//     max) and written from cache, where it fits, by its write pass; a thread runs tile u's write
 //     pass in one loop with tile u + 1's first pass, so reads from memory never wait on writing.
 //     Accumulators are per-thread scratch arrays (two sets), not registers.
 // Each group is reduced by one thread in an order fixed by the shape (and the target's lane
@@ -238,33 +238,24 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // row is not vector-aligned in memory) cost a partial line each.
   const int64_t lcm = std::lcm(inner, L);
   const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
-  int64_t W = 0, block = inner, per_slice = 1;
+  int64_t W = 0;
   if (folded) {
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
     // per pass, against slab / L for the pass itself.
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
-  } else {
-    // Wider inner sizes go in blocks of columns, each walked down the axis, narrow enough for the
-    // block's inputs to stay in cache for the write pass. Lane i of vector k in a block's row
-    // serves inner position i0 + k L + i. Blocks of one slice share its width (a multiple of L).
-    // A column costs its inputs (and parked values) and four accumulators (two sets take turns).
-    const int64_t column_bytes = n * elem_bytes + 4 * int64_t{sizeof(A)};
-    const int64_t nb = std::max<int64_t>(1, chunk_count(inner * column_bytes, l2_reuse_bytes()));
-    block = std::min(inner, chunk_count(chunk_count(inner, nb), L) * L);
-    // Runs shorter than 1 KiB, a page apart, cost more (in what the prefetchers and the TLB can
-    // follow) than reading a tile past the L2 back from the L3: 64x1024x4096 SoftmaxGrad_13 went
-    // from about 40% of copy at 384-byte runs to about 50% at 1 KiB (a 2 MiB tile).
-    block = std::min(inner, std::max(block, chunk_count(1024 / int64_t{sizeof(T)}, L) * L));
-    per_slice = chunk_count(inner, block);
   }
-  const int64_t acc_len = (folded ? W : chunk_count(block, L) * L) + L;  // a vector of slack for unaligned reads
+  // Not folded, a tile is the slab in whole rows: lane i of vector k in a row serves inner position
+  // k L + i. Where the slab's inputs pass the cache budget, the write pass reads them from memory
+  // again; blocks of columns that stayed within it (strided runs of 384 bytes to 2 KiB, a row
+  // apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60 (lab/cpu/NOTES.md, section 24).
+  const int64_t acc_len = (folded ? W : chunk_count(inner, L) * L) + L;  // a vector of slack for unaligned reads
   const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
   // Softmax parks exp(x - max) where the tile's inputs and parked values fit the budget together
   // (exp is most of a forward's compute; the write pass then only multiplies).
   const bool park = kSoftmax && (park_len - L) * elem_bytes <= l2_reuse_bytes();
-  // Short runs far apart defeat the hardware prefetchers (they follow runs within a page): ask for
-  // the row kPrefetchBytes of runs ahead.
-  const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));
+  // Rows shorter than 2 KiB ask at their start for the row kPrefetchBytes ahead: one prefetch loop
+  // a row instead of a prefetch a vector.
+  const int64_t run_bytes = inner * static_cast<int64_t>(sizeof(T));
   const int64_t ahead = !folded && run_bytes < 2048 ? chunk_count(kPrefetchBytes, run_bytes) : 0;
 
   const int64_t padded = acc_len - L;
@@ -279,12 +270,12 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const int64_t rows = folded ? chunk_count(slab, fold_run) : n;  // the steps a tile's passes go in
   const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
   struct Tile {
-    int64_t base, w;  // the tile's first element; its accumulators (blocked: its width)
+    int64_t base, w;  // the tile's first element; its accumulators (not folded: the row's width)
     A* s;             // the gradients' sum; the forwards' sum, then 1/sum or log(sum)
     A* m;             // the forwards' max
   };
 
-  // A tile's passes go in steps: a row of the block; folded, a run of the slab. Step r starts at
+  // A tile's passes go in steps: a row of the slab; folded, a run of it. Step r starts at
   // element `at(t, r)` and has `len(t, r)` elements; its element j has accumulator index acc_of(j).
   auto at = [&](const Tile& t, int64_t r) { return t.base + r * (folded ? fold_run : inner); };
   auto len = [&](const Tile& t, int64_t r) { return folded ? std::min(fold_run, slab - r * fold_run) : t.w; };
@@ -355,7 +346,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // Makes acc[c] fn(column c mod inner's reduction by op). Folded, in an order fixed by the shape:
   // vectors lcm apart first (c, c + lcm, .. for c < lcm, in that order), then the lanes of one
   // column within lcm (k, k + inner, ..); the column values then repeat with period inner over
-  // acc, one vector past W. Blocked, acc[c] is its column's already.
+  // acc, one vector past W. Not folded, acc[c] is its column's already.
   auto finish = [&](const Tile& t, A* acc, auto&& vop, auto&& op, auto&& fn) {
     if (folded) {
       for (int64_t c = lcm, k = 0; c < W; c += L, k = k + L == lcm ? 0 : k + L)
@@ -407,8 +398,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     }
   };
   auto tile = [&](int64_t u, A* acc) {
-    const int64_t i0 = (u % per_slice) * block;
-    Tile t{(u / per_slice) * slab + i0, folded ? W : std::min(block, inner - i0), acc, acc + stride};
+    Tile t{u * slab, folded ? W : inner, acc, acc + stride};
     fill(t.s, hn::Zero(d));
     if constexpr (!kGrad) fill(t.m, ninf);
     return t;
@@ -434,7 +424,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     }
   };
   const int64_t scratch = 4 * stride + (park ? park_len : 0);
-  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx, range);
+  return ForEachRange<A>(desc.op, desc.outer, kGrain / std::max<int64_t>(1, slab), scratch, ctx, range);
 }
 
 template <class T, SoftmaxKind kKind>

@@ -17,10 +17,12 @@
 //       a contiguous vector loop over the row while walking down the axis; the slab is one
 //       contiguous run. Slabs past the cache budget are read from memory by both passes: column
 //       blocks narrow enough to stay in L2 read strided runs instead, which ran slower (up to
-//       1.7x) than the second read on every shape measured.
-//     A tile (a slab) is read from memory by its first pass (the gradients' sum, the forwards'
-//     max) and written from cache, where it fits, by its write pass; a thread runs tile u's write
-//     pass in one loop with tile u + 1's first pass, so reads from memory never wait on writing.
+//       1.7x) than the second read on every shape measured. Slabs too few for the threads are
+//       cut into blocks of columns.
+//     A tile (a folded slab, a slab or a block) is read from memory by its first pass (the
+//     gradients' sum, the forwards' max) and written from cache, where it fits, by its write
+//     pass; a thread runs tile u's write pass in one loop with tile u + 1's first pass, so reads
+//     from memory never wait on writing.
 //     Accumulators are per-thread scratch arrays (two sets), not registers.
 // Each group is reduced by one thread in an order fixed by the shape (and the target's lane
 // count), so results are bitwise the same for any thread count and any partition. A partial
@@ -245,17 +247,32 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
   }
   // Not folded, a tile is the slab in whole rows: lane i of vector k in a row serves inner position
-  // k L + i. Where the slab's inputs pass the cache budget, the write pass reads them from memory
-  // again; blocks of columns that stayed within it (strided runs of 384 bytes to 2 KiB, a row
-  // apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60 (lab/cpu/NOTES.md, section 24).
-  const int64_t acc_len = (folded ? W : chunk_count(inner, L) * L) + L;  // a vector of slack for unaligned reads
+  // i0 + k L + i. Where the slab's inputs pass the cache budget, the write pass reads them from
+  // memory again; blocks of columns that stayed within it (strided runs of 384 bytes to 2 KiB, a
+  // row apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60 (lab/cpu/NOTES.md,
+  // section 24). Where the slabs are too few to share out over the threads that will run, each is
+  // cut into blocks of columns (a multiple of L wide), until no thread takes more than a quarter
+  // over its share. A block changes which thread sums a column, not the order of its sum.
+  int64_t block = inner, per_slice = 1;
+  if (!folded) {
+    const int64_t threads = slot_count(desc.outer * slab, kGrain, ctx);
+    const auto uneven = [&](int64_t p) {
+      const int64_t tiles = desc.outer * p;
+      return chunk_count(tiles, threads) * threads * 4 > tiles * 5;
+    };
+    while (per_slice < chunk_count(inner, L) && uneven(per_slice)) ++per_slice;
+    block = chunk_count(chunk_count(inner, per_slice), L) * L;
+    per_slice = chunk_count(inner, block);
+  }
+  const int64_t acc_len = (folded ? W : chunk_count(block, L) * L) + L;  // a vector of slack for unaligned reads
   const int64_t park_len = folded ? slab + L : n * (acc_len - L) + L;
   // Softmax parks exp(x - max) where the tile's inputs and parked values fit the budget together
   // (exp is most of a forward's compute; the write pass then only multiplies).
   const bool park = kSoftmax && (park_len - L) * elem_bytes <= l2_reuse_bytes();
-  // Rows shorter than 2 KiB ask at their start for the row kPrefetchBytes ahead: one prefetch loop
-  // a row instead of a prefetch a vector.
-  const int64_t run_bytes = inner * static_cast<int64_t>(sizeof(T));
+  // Runs shorter than 2 KiB (short rows, or blocks' runs a row apart, which defeat the hardware
+  // prefetchers: they follow runs within a page) ask at their start for the run kPrefetchBytes of
+  // runs ahead.
+  const int64_t run_bytes = block * static_cast<int64_t>(sizeof(T));
   const int64_t ahead = !folded && run_bytes < 2048 ? chunk_count(kPrefetchBytes, run_bytes) : 0;
 
   const int64_t padded = acc_len - L;
@@ -270,12 +287,12 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const int64_t rows = folded ? chunk_count(slab, fold_run) : n;  // the steps a tile's passes go in
   const VA ninf = hn::Set(d, -std::numeric_limits<A>::infinity());
   struct Tile {
-    int64_t base, w;  // the tile's first element; its accumulators (not folded: the row's width)
+    int64_t base, w;  // the tile's first element; its accumulators (not folded: its width)
     A* s;             // the gradients' sum; the forwards' sum, then 1/sum or log(sum)
     A* m;             // the forwards' max
   };
 
-  // A tile's passes go in steps: a row of the slab; folded, a run of it. Step r starts at
+  // A tile's passes go in steps: a row of the tile; folded, a run of the slab. Step r starts at
   // element `at(t, r)` and has `len(t, r)` elements; its element j has accumulator index acc_of(j).
   auto at = [&](const Tile& t, int64_t r) { return t.base + r * (folded ? fold_run : inner); };
   auto len = [&](const Tile& t, int64_t r) { return folded ? std::min(fold_run, slab - r * fold_run) : t.w; };
@@ -398,7 +415,8 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     }
   };
   auto tile = [&](int64_t u, A* acc) {
-    Tile t{u * slab, folded ? W : inner, acc, acc + stride};
+    const int64_t i0 = (u % per_slice) * block;
+    Tile t{(u / per_slice) * slab + i0, folded ? W : std::min(block, inner - i0), acc, acc + stride};
     fill(t.s, hn::Zero(d));
     if constexpr (!kGrad) fill(t.m, ninf);
     return t;
@@ -424,7 +442,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     }
   };
   const int64_t scratch = 4 * stride + (park ? park_len : 0);
-  return ForEachRange<A>(desc.op, desc.outer, kGrain / std::max<int64_t>(1, slab), scratch, ctx, range);
+  return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx, range);
 }
 
 template <class T, SoftmaxKind kKind>

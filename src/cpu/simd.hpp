@@ -40,11 +40,10 @@ int64_t stream_min_bytes();
 void set_stream_min_bytes(int64_t bytes);
 
 // Bytes a kernel can read and expect to find again in the L2 for a second pass over them: three
-// quarters of the L2 the OS reports (512 KiB when it reports none). The softmax kernels' strided
-// tiles are sized by it: 768 KiB of Zen 4's 1 MiB holds a whole [1000, 96] f32 slab of both
-// gradient inputs, where half of it split the slab into runs of 192 bytes and ran at two thirds
-// of the speed. Sizes of tiles bound only where data is read again, never a reduction order, so
-// a machine-dependent value cannot change results.
+// quarters of the L2 the OS reports (512 KiB when it reports none). The softmax kernels on a
+// middle axis fold a slab and park exp values only where they fit it: 768 KiB of Zen 4's 1 MiB
+// holds a whole [1000, 96] f32 slab of both gradient inputs. It decides only where data is read
+// again, never a reduction order, so a machine-dependent value cannot change results.
 int64_t l2_reuse_bytes();
 
 // Whether the AVX-512 target rounds f32 to bf16 with the CPU's AVX512-BF16 conversion (where the

@@ -240,21 +240,20 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // row is not vector-aligned in memory) cost a partial line each.
   const int64_t lcm = std::lcm(inner, L);
   const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
-  int64_t W = 0;
+  int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
     // per pass, against slab / L for the pass itself.
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
-  }
-  // Not folded, a tile is the slab in whole rows: lane i of vector k in a row serves inner position
-  // i0 + k L + i. Where the slab's inputs pass the cache budget, the write pass reads them from
-  // memory again; blocks of columns that stayed within it (strided runs of 384 bytes to 2 KiB, a
-  // row apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60 (lab/cpu/NOTES.md,
-  // section 24). Where the slabs are too few to share out over the threads that will run, each is
-  // cut into blocks of columns (a multiple of L wide), until no thread takes more than a quarter
-  // over its share. A block changes which thread sums a column, not the order of its sum.
-  int64_t block = inner, per_slice = 1;
-  if (!folded) {
+  } else {
+    // Not folded, a tile is the slab in whole rows: lane i of vector k in a row serves inner
+    // position i0 + k L + i. Where the slab's inputs pass the cache budget, the write pass reads
+    // them from memory again; blocks of columns that stayed within it (strided runs of 384 bytes
+    // to 2 KiB, a row apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60
+    // (lab/cpu/NOTES.md, section 24). Where the slabs are too few to share out over the threads
+    // that will run, each is cut into blocks of columns (a multiple of L wide), until no thread
+    // takes more than a quarter over its share. A block changes which thread sums a column, not
+    // the order of its sum.
     const int64_t threads = slot_count(desc.outer * slab, kGrain, ctx);
     const auto uneven = [&](int64_t p) {
       const int64_t tiles = desc.outer * p;

@@ -125,21 +125,25 @@ __device__ __forceinline__ A grad_out(A g, A xh, A m1, A m2, A r) {
 
 // ---- reductions over a row's lanes ----------------------------------------------------------------
 
+inline constexpr int kLnMaxCluster = 8;  // the most blocks that share a row
+
 template <class V>
 struct LnSmem {
-  V warps[2][32];  // [parity][warp of the block]
-  V block[2];      // [parity]: the block's total, read by the cluster's other blocks
+  V warps[2][32];                 // [parity][warp of the block]
+  Mailbox<V, kLnMaxCluster> box;  // the cluster's block totals
 };
 
 // The combined value over a row's `lanes` threads: a group of lanes of a warp (lanes <= 32: a
 // butterfly), a group of lanes / 32 consecutive warps of the block, or every thread of a cluster of
-// `cluster` blocks (distributed shared memory). The same fixed order as reduce.cuh's
-// block_allreduce, so every thread ends with the same bits. Every thread of the block calls it
-// (the barriers are the block's). Calls alternate `parity`.
+// `cluster` blocks (each block posts its total into every block's mailbox; a cluster kernel opens
+// sm.box first). The same fixed order as reduce.cuh's block_allreduce, so every thread ends with
+// the same bits. Every thread of the block calls it (the barriers are the block's), `exchange`
+// counting the calls.
 template <class R>
 __device__ __forceinline__ typename R::V lanes_allreduce(typename R::V v, int lanes, int cluster,
-                                                        LnSmem<typename R::V>& sm, int parity) {
+                                                        LnSmem<typename R::V>& sm, int exchange) {
   using V = typename R::V;
+  const int parity = exchange & 1;
   if (lanes <= 32) return group_allreduce<R>(v, lanes);
   v = group_allreduce<R>(v, 32);
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -151,11 +155,9 @@ __device__ __forceinline__ typename R::V lanes_allreduce(typename R::V v, int la
   t = group_allreduce<R>(t, 32);
   if (cluster > 1) {
 #if defined(_CG_HAS_CLUSTER_GROUP)
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    if (threadIdx.x == 0) sm.block[parity] = t;
-    cl.sync();
-    t = lane < cluster ? *cl.map_shared_rank(&sm.block[parity], lane) : R::identity();
+    mailbox_send(sm.box, t, static_cast<int>(cooperative_groups::this_cluster().block_rank()), cluster, exchange);
+    const V* all = mailbox_receive(sm.box, exchange);
+    t = lane < cluster ? all[lane] : R::identity();
     t = group_allreduce<R>(t, 32);
 #else
     __trap();  // the host launches clusters only for code built for compute capability 9.0+
@@ -187,7 +189,6 @@ inline constexpr int kLnVec = static_cast<int>(16 / std::max(sizeof(typename S::
 // Packs a held thread holds at most, and the most blocks that share a row.
 inline constexpr int kLnMaxPacks = 4;
 inline constexpr int kLnFwdMaxPacks = 8;
-inline constexpr int kLnMaxCluster = 8;
 inline constexpr int kLnBlockThreads = 256;  // held blocks of several rows
 inline constexpr int kLnMaxBlockThreads = 512;
 // Threads per multiprocessor the grids are sized for, on 132 multiprocessors (an H100 SXM or an

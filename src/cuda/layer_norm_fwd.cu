@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
   PV* own_bias = own_scale + N * blockDim.x;
   keep_own<N>(own_scale, scale, lanes, t, packs);
   if (has_bias) keep_own<N>(own_bias, bias, lanes, t, packs);
-  int parity = 0;
+  if (cluster > 1) mailbox_open(sm.box);
+  int exchange = 0;
   for (int64_t first = blockIdx.x / cluster * rows_per_block; first < a.rows; first += step) {
     const int64_t row = first + group;
     const bool live = row < a.rows;
@@ -97,8 +98,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
         const A v = static_cast<A>(unpack(xs[k], j));
         s = K == LnKind::ln_fwd ? s + v : dfma(v, v, s);
       }
-    s = lanes_allreduce<SumOp<A>>(s, lanes, cluster, sm, parity);
-    parity ^= 1;
+    s = lanes_allreduce<SumOp<A>>(s, lanes, cluster, sm, exchange++);
     A mu = A(0), r;
     if constexpr (K == LnKind::ln_fwd) {
       mu = s * inv_n;
@@ -111,8 +111,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_fwd_k
             const A c = static_cast<A>(unpack(xs[k], j)) - mu;
             q = dfma(c, c, q);
           }
-      q = lanes_allreduce<SumOp<A>>(q, lanes, cluster, sm, parity);
-      parity ^= 1;
+      q = lanes_allreduce<SumOp<A>>(q, lanes, cluster, sm, exchange++);
       r = rsqrt_acc(q * inv_n + eps);
     } else {
       r = rsqrt_acc(s * inv_n + eps);

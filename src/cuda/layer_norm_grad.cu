@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
       pb[kHasDbias<K> ? k : 0][j] = A(0);
     }
 
-  int parity = 0;
+  if (cluster > 1) mailbox_open(sm.box);
+  int exchange = 0;
   for (int64_t first = grp * rows_per_block; first < a.rows; first += step) {
     const int64_t row = first + group;
     const bool live = row < a.rows;
@@ -193,8 +194,7 @@ __global__ void __launch_bounds__(kLnMaxBlockThreads, N == 1 ? 2 : 1) held_grad_
           s.b = dfma(g, xh, s.b);
         }
       }
-    s = lanes_allreduce<Sum2Op<A>>(s, lanes, cluster, sm, parity);
-    parity ^= 1;
+    s = lanes_allreduce<Sum2Op<A>>(s, lanes, cluster, sm, exchange++);
     const A m1 = s.a * inv_n, m2 = s.b * inv_n;
 
 #pragma unroll

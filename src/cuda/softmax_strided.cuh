@@ -157,31 +157,37 @@ inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(size
 // bound of 1 made it take 8 more registers and lose a block.
 template <class T, int VEC, bool kCluster, int N>
 inline constexpr int kHeldMinBlocks = VEC == 1 || sizeof(T) == 8 || N > kHeldUnits<T, VEC> ? 2 : kCluster ? 3 : 4;
-// Cluster ranks whose totals a lane loads at once: all 16 took registers that the 16-bit
-// gradients need for their third block.
-constexpr int kRankBatch = 4;
 
 // The shared memory the held kernel's reductions go through, and where a thread sits.
-template <int VEC, class A>
+// Where the cluster's ranks post their block totals to each other (reduce.cuh's mailbox).
+template <class A>
+struct HeldMailbox {
+  uint64_t bar[2];                                     // [parity]
+  A inbox[2][kMaxCluster][kStridedHeldClusterGroups];  // [parity][sender rank][tx * VEC + j]
+  A total[kStridedHeldClusterGroups];                  // [tx * VEC + j]: over the ranks
+};
+struct NoMailbox {};
+template <int VEC, class A, bool kCluster>
 struct HeldSmem {
-  A part[VEC][kStridedHeldThreads];            // [element of the unit][thread]
-  A rank_total[2][kStridedHeldClusterGroups];  // [parity][tx * VEC + j], read by the other ranks
+  A part[VEC][kStridedHeldThreads];  // [element of the unit][thread]
+  std::conditional_t<kCluster, HeldMailbox<A>, NoMailbox> box;
 };
 struct HeldPos {
-  int t, tx, ty, TX, TY, C, fold, units;
+  int t, tx, ty, TX, TY, rank, C, fold, units;
   bool shuffle;  // TX a power of two and the block whole warps
-  int parity;  // of rank_total, alternating per reduction
+  int exchange;  // cluster exchanges so far: the mailbox's parity and its barrier's phase
 };
 
 // Each thread's VEC values v[j] combined over the tile's lanes along the axis, then over the
-// cluster's ranks in rank order, then, where folded, over the elements of one group: every thread
+// cluster's ranks in rank order (each block posts its totals into every block's mailbox, then
+// combines what landed in its own), then, where folded, over the elements of one group: every thread
 // of column tx gets its groups' totals in v, the same bits on every run. Over the lanes: where TX
 // is a power of two and the block whole warps, an xor butterfly over the lanes of a column within
 // each warp, then the warps' partials (at most 8) in order; otherwise a pairwise tree over ty in
 // shared memory, a barrier a level (eight levels for TY = 256 took longer than the tile's loads).
-// Either way the block's totals end in part[j][tx].
+// Either way the block's totals end in part[j][tx] (the cluster's in box.total[tx * VEC + j]).
 template <bool kCluster, int VEC, class A, class Op>
-__device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h, A (&v)[VEC], Op op) {
+__device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A, kCluster>& sm, HeldPos& h, A (&v)[VEC], Op op) {
   if (h.shuffle) {
     for (int mask = h.TX; mask < 32; mask *= 2)
 #pragma unroll
@@ -214,45 +220,47 @@ __device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A>& sm, HeldPos& h,
   }
 #pragma unroll
   for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];  // the block's totals, in part[j][tx] both ways
-#if defined(_CG_HAS_CLUSTER_GROUP)
   if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    if (h.ty == 0)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Lanes ty = r, r + TY, ... post column tx's totals to rank r; lane ty = j of each column
+    // then combines element j over the ranks in rank order, from its own shared memory.
+    const int parity = h.exchange & 1;
+    const uint32_t phase = (h.exchange >> 1) & 1;
+    uint64_t* bar = &sm.box.bar[parity];
+    A* mine = &sm.box.inbox[parity][h.rank][h.tx * VEC];
+    for (int r = h.ty; r < h.C; r += h.TY) {
+      const uint32_t peer_bar = peer_addr(shared_addr(bar), r), slot = peer_addr(shared_addr(mine), r);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) sm.rank_total[h.parity][h.tx * VEC + j] = v[j];
-    cluster.sync();  // also: every thread of the block is done reading part
-    // Lane ty = j takes element j (the cluster path has TY >= 4 VEC): the ranks' values are
-    // loaded kRankBatch at a time and combined in rank order (a chain of dependent remote loads,
-    // one at a time, took longer than the tile's own).
-    if (h.ty < VEC) {
-      A* mine = &sm.rank_total[h.parity][h.tx * VEC + h.ty];
-      A total = *cluster.map_shared_rank(mine, 0);
-      for (int r0 = 1; r0 < h.C; r0 += kRankBatch) {
-        A x[kRankBatch];
-#pragma unroll
-        for (int r = 0; r < kRankBatch; ++r)
-          if (r0 + r < h.C) x[r] = *cluster.map_shared_rank(mine, r0 + r);
-#pragma unroll
-        for (int r = 0; r < kRankBatch; ++r)
-          if (r0 + r < h.C) total = op(total, x[r]);
-      }
-      sm.part[h.ty][h.tx] = total;
+      for (int j = 0; j < VEC; ++j) mailbox_post(slot + j * static_cast<uint32_t>(sizeof(A)), v[j], peer_bar);
     }
-    h.parity ^= 1;  // a buffer is written again only after the next cluster barrier
+    if (h.t == 0) mailbox_expect(bar, static_cast<uint32_t>(h.C * h.TX * VEC * sizeof(A)));
+    if (h.ty < VEC) {
+      mailbox_wait(bar, phase);
+      const A* in = &sm.box.inbox[parity][0][h.tx * VEC + h.ty];
+      A total = in[0];
+      for (int r = 1; r < h.C; ++r) total = op(total, in[r * kStridedHeldClusterGroups]);
+      sm.box.total[h.tx * VEC + h.ty] = total;
+    }
+    ++h.exchange;
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] = sm.part[j][h.tx];
-  }
+    for (int j = 0; j < VEC; ++j) v[j] = sm.box.total[h.tx * VEC + j];
+#else
+    __trap();  // the host launches clusters only for code built for compute capability 9.0+
 #endif
+  }
   if (VEC > 1 && h.fold > 1) {
     // Folded: this unit is element u * VEC .. of its row, whose units are threads tx - u ..
     const int u = h.tx % h.units, first = h.tx - u, row = h.units * VEC;
+    auto total = [&](int e) {  // element e of the row's totals
+      if constexpr (kCluster) return sm.box.total[first * VEC + e];
+      return sm.part[e % VEC][first + e / VEC];
+    };
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const int i = (u * VEC + j) % h.fold;
-      v[j] = sm.part[i % VEC][first + i / VEC];
-      for (int e = i + h.fold; e < row; e += h.fold) v[j] = op(v[j], sm.part[e % VEC][first + e / VEC]);
+      v[j] = total(i);
+      for (int e = i + h.fold; e < row; e += h.fold) v[j] = op(v[j], total(e));
     }
   }
   __syncthreads();  // part is written again by the next reduction
@@ -268,7 +276,7 @@ template <SoftmaxKind K, class T, int VEC, bool kCluster, int N>
 __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kCluster, N>) strided_held_kernel(HeldArgs a) {
   using A = compute_t<T>;
   using P = Pack<T, VEC>;
-  __shared__ HeldSmem<VEC, A> sm;
+  __shared__ HeldSmem<VEC, A, kCluster> sm;
   const int t = static_cast<int>(threadIdx.x);
   const int tx = t % a.tx, ty = t / a.tx;
   int rank = 0, C = 1;
@@ -276,9 +284,11 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
   if constexpr (kCluster) {
     rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
     C = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+    if (t == 0) mailbox_init(sm.box.bar, 2);
+    cooperative_groups::this_cluster().sync();  // every rank's barriers ready before the first post
   }
 #endif
-  HeldPos h{t, tx, ty, a.tx, a.ty, C, a.fold, static_cast<int>(a.units),
+  HeldPos h{t, tx, ty, a.tx, a.ty, rank, C, a.fold, static_cast<int>(a.units),
             (a.tx & (a.tx - 1)) == 0 && a.tx * a.ty % 32 == 0, 0};
   const P* yp = static_cast<const P*>(a.y);
   const P* gp = static_cast<const P*>(a.dy);

@@ -15,7 +15,12 @@ import sys
 DTYPES = {"float32": ("f32", "tab:blue"), "bfloat16": ("bf16", "tab:orange"), "float16": ("f16", "tab:green")}
 FAMILY_TITLES = {"elementwise": "elementwise gradients", "bias_gelu": "bias-GELU gradients (+dB: with the bias grad)",
                  "softmax": "softmax gradients", "forward": "forwards",
-                 "softmax_axis": "softmax family on axis 1 of [outer, axis, inner]"}
+                 "softmax_axis": "softmax family on axis 1 of [outer, axis, inner]",
+                 "layer_norm": "LayerNorm family [rows x normalized size]", "batch_norm": "BatchNorm [N x C x H x W]"}
+# Short labels where an op's name is wider than its run of bars.
+SHORT = {"SimplifiedLayerNormalizationGrad": "RMSNormGrad", "InvertibleLayerNormalizationGrad": "InvertibleLNGrad",
+         "LayerNormalizationGrad": "LayerNormGrad", "SimplifiedLayerNormalization": "RMSNorm",
+         "LayerNormalization": "LayerNorm"}
 
 
 def groups_of(rows):
@@ -79,7 +84,8 @@ def plot(run, path):
                 start = 0
                 for gi in range(1, len(groups) + 1):
                     if gi == len(groups) or groups[gi][0] != groups[start][0]:
-                        ax.text((start + gi - 1) / 2, 0.98, groups[start][0].replace(" +dB", "\n+dB"),
+                        label = SHORT.get(groups[start][0], groups[start][0])
+                        ax.text((start + gi - 1) / 2, 0.98, label.replace(" +dB", "\n+dB"),
                                 transform=ax.get_xaxis_transform(),
                                 ha="center", va="top", fontsize=10, fontweight="bold",
                                 bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))

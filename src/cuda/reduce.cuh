@@ -1,6 +1,7 @@
 // Reductions shared by the CUDA row kernels, named by the scope they combine over, as CUB names
 // its own: a group of lanes within a warp (group_allreduce), a block, or a cluster of blocks
-// (block_allreduce<R, C>, C > 1 through distributed shared memory on Hopper). A reduction R names
+// (block_allreduce<R, C>, C > 1 through distributed shared memory on Hopper), and the mailbox through
+// which a cluster's blocks post their totals to each other without a cluster barrier. A reduction R names
 // its value type V, an identity and a combine; every combine here is commutative bit for bit (no
 // fma contraction), so that every lane of a butterfly ends with the same value and the result
 // depends only on which threads took part, never on timing.

@@ -158,7 +158,6 @@ inline constexpr int kHeldUnits = strided_held_units(VEC * static_cast<int>(size
 template <class T, int VEC, bool kCluster, int N>
 inline constexpr int kHeldMinBlocks = VEC == 1 || sizeof(T) == 8 || N > kHeldUnits<T, VEC> ? 2 : kCluster ? 3 : 4;
 
-// The shared memory the held kernel's reductions go through, and where a thread sits.
 // Where the cluster's ranks post their block totals to each other (reduce.cuh's mailbox).
 template <class A>
 struct HeldMailbox {
@@ -167,6 +166,7 @@ struct HeldMailbox {
   A total[kStridedHeldClusterGroups];                  // [tx * VEC + j]: over the ranks
 };
 struct NoMailbox {};
+// The shared memory the held kernel's reductions go through, and where a thread sits.
 template <int VEC, class A, bool kCluster>
 struct HeldSmem {
   A part[VEC][kStridedHeldThreads];  // [element of the unit][thread]

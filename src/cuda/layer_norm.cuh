@@ -133,6 +133,14 @@ struct LnSmem {
   Mailbox<V, kLnMaxCluster> box;  // the cluster's block totals
 };
 
+__device__ __forceinline__ int cluster_rank(int cluster) {
+#if defined(_CG_HAS_CLUSTER_GROUP)
+  if (cluster > 1) return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#endif
+  (void)cluster;
+  return 0;
+}
+
 // The combined value over a row's `lanes` threads: a group of lanes of a warp (lanes <= 32: a
 // butterfly), a group of lanes / 32 consecutive warps of the block, or every thread of a cluster of
 // `cluster` blocks (each block posts its total into every block's mailbox; a cluster kernel opens
@@ -155,7 +163,7 @@ __device__ __forceinline__ typename R::V lanes_allreduce(typename R::V v, int la
   t = group_allreduce<R>(t, 32);
   if (cluster > 1) {
 #if defined(_CG_HAS_CLUSTER_GROUP)
-    mailbox_send(sm.box, t, static_cast<int>(cooperative_groups::this_cluster().block_rank()), cluster, exchange);
+    mailbox_send(sm.box, t, cluster_rank(cluster), cluster, exchange);
     const V* all = mailbox_receive(sm.box, exchange);
     t = lane < cluster ? all[lane] : R::identity();
     t = group_allreduce<R>(t, 32);
@@ -166,13 +174,6 @@ __device__ __forceinline__ typename R::V lanes_allreduce(typename R::V v, int la
   return t;
 }
 
-__device__ __forceinline__ int cluster_rank(int cluster) {
-#if defined(_CG_HAS_CLUSTER_GROUP)
-  if (cluster > 1) return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#endif
-  (void)cluster;
-  return 0;
-}
 __device__ __forceinline__ void cluster_sync(int cluster) {
 #if defined(_CG_HAS_CLUSTER_GROUP)
   if (cluster > 1) cooperative_groups::this_cluster().sync();

@@ -96,7 +96,7 @@ __device__ __forceinline__ void mailbox_expect(uint64_t* bar, uint32_t bytes) {
                : "memory");
 }
 // Until the barrier's phase `phase` (0 or 1) has completed: every expected byte has landed.
-__device__ __forceinline__ void mailbox_wait(uint64_t* bar, uint32_t phase) {
+__device__ __forceinline__ void mailbox_wait_phase(uint64_t* bar, uint32_t phase) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
@@ -118,16 +118,11 @@ __device__ __forceinline__ void post_words(uint32_t slot, const V& v, uint32_t p
 }
 #endif
 
-// One value a block, exchanged among a cluster's blocks `ranks` <= kRanks: after exchange n, every
-// block holds every rank's value in inbox[n & 1], in rank order.
-template <class V, int kRanks>
-struct Mailbox {
-  uint64_t bar[2];
-  V inbox[2][kRanks];
-};
+// Any mailbox (a struct with `uint64_t bar[2]`): exchange n uses bar[n & 1], whose phase n >> 1
+// it completes.
 // Before the first exchange, by every thread of every block of the cluster (a cluster barrier).
-template <class V, int M>
-__device__ __forceinline__ void mailbox_open(Mailbox<V, M>& box) {
+template <class Box>
+__device__ __forceinline__ void mailbox_open(Box& box) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x == 0) mailbox_init(box.bar, 2);
   cooperative_groups::this_cluster().sync();
@@ -136,6 +131,34 @@ __device__ __forceinline__ void mailbox_open(Mailbox<V, M>& box) {
   __trap();  // the host launches clusters only for code built for compute capability 9.0+
 #endif
 }
+// By one thread of the block: this exchange will bring `bytes` into the block's inbox.
+template <class Box>
+__device__ __forceinline__ void mailbox_arm(Box& box, int exchange, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mailbox_expect(&box.bar[exchange & 1], bytes);
+#else
+  (void)box, (void)exchange, (void)bytes;
+  __trap();
+#endif
+}
+// By each thread that reads the inbox: until every byte of this exchange has landed.
+template <class Box>
+__device__ __forceinline__ void mailbox_wait(Box& box, int exchange) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mailbox_wait_phase(&box.bar[exchange & 1], static_cast<uint32_t>((exchange >> 1) & 1));
+#else
+  (void)box, (void)exchange;
+  __trap();
+#endif
+}
+
+// One value a block, exchanged among a cluster's blocks `ranks` <= kRanks: after exchange n, every
+// block holds every rank's value in inbox[n & 1], in rank order.
+template <class V, int kRanks>
+struct Mailbox {
+  uint64_t bar[2];
+  V inbox[2][kRanks];
+};
 // Thread r < ranks posts v, this block's value (the same in every such thread), to rank r; thread
 // 0 arms this block's barrier for the ranks' values.
 template <class V, int M>
@@ -143,20 +166,15 @@ __device__ __forceinline__ void mailbox_send(Mailbox<V, M>& box, const V& v, int
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int p = exchange & 1, r = static_cast<int>(threadIdx.x);
   if (r < ranks) post_words(peer_addr(shared_addr(&box.inbox[p][rank]), r), v, peer_addr(shared_addr(&box.bar[p]), r));
-  if (r == 0) mailbox_expect(&box.bar[p], static_cast<uint32_t>(ranks * sizeof(V)));
 #else
-  (void)box, (void)v, (void)rank, (void)ranks, (void)exchange;
-  __trap();
+  (void)v, (void)rank;
 #endif
+  if (threadIdx.x == 0) mailbox_arm(box, exchange, static_cast<uint32_t>(ranks * sizeof(V)));
 }
 // The ranks' values of this exchange, once they have all landed (by each thread that reads them).
 template <class V, int M>
 __device__ __forceinline__ const V* mailbox_receive(Mailbox<V, M>& box, int exchange) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  mailbox_wait(&box.bar[exchange & 1], static_cast<uint32_t>((exchange >> 1) & 1));
-#else
-  __trap();
-#endif
+  mailbox_wait(box, exchange);
   return box.inbox[exchange & 1];
 }
 

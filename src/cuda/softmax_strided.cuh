@@ -225,17 +225,15 @@ __device__ __forceinline__ void held_allreduce(HeldSmem<VEC, A, kCluster>& sm, H
     // Lanes ty = r, r + TY, ... post column tx's totals to rank r; lane ty = j of each column
     // then combines element j over the ranks in rank order, from its own shared memory.
     const int parity = h.exchange & 1;
-    const uint32_t phase = (h.exchange >> 1) & 1;
-    uint64_t* bar = &sm.box.bar[parity];
-    A* mine = &sm.box.inbox[parity][h.rank][h.tx * VEC];
     for (int r = h.ty; r < h.C; r += h.TY) {
-      const uint32_t peer_bar = peer_addr(shared_addr(bar), r), slot = peer_addr(shared_addr(mine), r);
+      const uint32_t slot = peer_addr(shared_addr(&sm.box.inbox[parity][h.rank][h.tx * VEC]), r),
+                     peer_bar = peer_addr(shared_addr(&sm.box.bar[parity]), r);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) mailbox_post(slot + j * static_cast<uint32_t>(sizeof(A)), v[j], peer_bar);
     }
-    if (h.t == 0) mailbox_expect(bar, static_cast<uint32_t>(h.C * h.TX * VEC * sizeof(A)));
+    if (h.t == 0) mailbox_arm(sm.box, h.exchange, static_cast<uint32_t>(h.C * h.TX * VEC * sizeof(A)));
     if (h.ty < VEC) {
-      mailbox_wait(bar, phase);
+      mailbox_wait(sm.box, h.exchange);
       const A* in = &sm.box.inbox[parity][0][h.tx * VEC + h.ty];
       A total = in[0];
       for (int r = 1; r < h.C; ++r) total = op(total, in[r * kStridedHeldClusterGroups]);
@@ -284,8 +282,7 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
   if constexpr (kCluster) {
     rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
     C = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
-    if (t == 0) mailbox_init(sm.box.bar, 2);
-    cooperative_groups::this_cluster().sync();  // every rank's barriers ready before the first post
+    mailbox_open(sm.box);
   }
 #endif
   HeldPos h{t, tx, ty, a.tx, a.ty, rank, C, a.fold, static_cast<int>(a.units),

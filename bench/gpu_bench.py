@@ -70,7 +70,7 @@ SOFTMAX_SHAPES = [(65536, 128), (32768, 512), (16384, 1024), (8192, 4096), (2048
 # The softmax family on axis 1 of [outer, axis, inner]: inner 2 to 4096, axes 16 to 32768, 2^25
 # elements (64 MB a tensor in 16-bit, 128 MB in f32).
 SOFTMAX_AXIS_SHAPES = [(512, 16, 4096), (64, 128, 4096), (341, 1000, 96), (2048, 2048, 8), (8192, 1024, 4),
-                       (11000, 1000, 3), (512, 32768, 2), (8, 32768, 128)]
+                       (11000, 1000, 3), (512, 32768, 2), (64, 8192, 64), (8, 32768, 128)]
 # LayerNorm family: (shape, the share of copy bandwidth its gradients are held to). 229x541 (about
 # 1 MB) is launch-bound and held to its same-size copy instead; 648720x128 is a per-head norm.
 # Cases that move fewer bytes than this are held to a copy of their own size (the small-case rule).

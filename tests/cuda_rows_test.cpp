@@ -97,13 +97,13 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:two_pass", OpId::Softmax_13, DType::f64, {2, 16384}, -1, {0}, {}},  // measured faster for f64
       {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f32, {3, 5000}, -1, {1, 2, 0}, {}},
       // Other axes: held in registers by one block or a cluster of up to 16, else walked in passes
-      // (f32 gradients in 16-byte packs at inner 32: 32 lanes of 8 packs a block, so an axis past
-      // 4096 is too long; one 2-byte element a thread on misaligned tensors: 36 lanes of 16, past
-      // 9216).
+      // (f32 gradients in 16-byte packs at inner 32: tiles down to 2 packs wide, so 128 lanes of 8
+      // packs a block and an axis past 16384 too long; one 2-byte element a thread on misaligned
+      // tensors: 36 lanes of 16, past 9216).
       {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
       {"cuda:strided_held", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
       {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {2, 2048, 32}, 1, {0}, {}},
-      {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 8192, 32}, 1, {0}, {}},
+      {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 16385, 32}, 1, {0}, {}},
       {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {2, 10000, 7}, 1, {1, 2, 0}, {}},
       // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:
       // rows held by lanes of a warp, by a block, by a cluster (the forwards hold 8 packs a thread

@@ -67,7 +67,10 @@ TEST_F(Cuda, SoftmaxNonLastAxisMatchesOracleAndCpu) {
       // positions), an odd inner over several column tiles, more chunks than lanes along the axis.
       {3, 7000, 33}, {2, 4097, 5},  {1, 65537, 3},
       // ... and in 16-byte packs along inner (aligned: whole packs a row; tiles across outer rows).
-      {2, 9000, 64}, {3, 6000, 24}};
+      {2, 20000, 64}, {2, 20000, 24},
+      // ... held in narrower tiles where line-wide ones would need more than 16 blocks: 64 bytes
+      // on 16 blocks at inner 64, 48 bytes on 9 at f32's inner 24.
+      {2, 8000, 64}, {3, 6000, 24}};
   uint64_t seed = 5000;
   for (OpId id : family_ops(OpFamily::softmax)) {
     if (!single_axis(id)) continue;

@@ -3,7 +3,7 @@
 
 Usage: bench/gpu_bench.py --lib build/gpu/libgradops.so [--out out/gpu] [--dtypes f32,bf16,f16]
        [--families elementwise,bias_gelu,softmax,forward,softmax_axis,layer_norm,batch_norm] [--repeats 30] [--quick]
-       [--ops LayerNormalizationGrad,...]
+       [--ops LayerNormalizationGrad,...] [--shapes 8x32768x128,...] [--axis-shapes 64x8192x64,...]
        bench/gpu_bench.py --table out/gpu/gpu_bench.json   (the table of a saved run, no GPU needed)
 
 For every case the inputs go to both sides; the outputs are compared first (a disagreement beyond the
@@ -558,7 +558,19 @@ def main():
     ap.add_argument("--shapes", default="",
                     help="only the bias-GELU, softmax, forward and LayerNorm cases of these shapes (comma-separated, "
                          "as 8x32768x128; default: every case)")
+    ap.add_argument("--axis-shapes", default="",
+                    help="the softmax_axis family on these [outer, axis, inner] shapes instead of its own "
+                         "(comma-separated, as 64x8192x64; the softmax runs over the middle one)")
     args = ap.parse_args()
+    if args.axis_shapes:
+        global SOFTMAX_AXIS_SHAPES
+        try:
+            SOFTMAX_AXIS_SHAPES = [tuple(int(n) for n in s.split("x")) for s in args.axis_shapes.split(",")]
+        except ValueError:
+            SOFTMAX_AXIS_SHAPES = []
+        if not SOFTMAX_AXIS_SHAPES or any(len(s) != 3 or min(s) < 1 for s in SOFTMAX_AXIS_SHAPES):
+            ap.error(f"--axis-shapes: expected OUTERxAXISxINNER of positive integers, comma-separated; "
+                     f"found '{args.axis_shapes}'")
     if args.table:
         with open(args.table) as f:
             saved = json.load(f)

@@ -275,7 +275,7 @@ def batch_norm_case(op, chw, channels_last):
                 channels_last=channels_last, shape=[n, c, h, w])
 
 
-def cases():
+def cases(axis_shapes=SOFTMAX_AXIS_SHAPES):
     # Targets (docs/performance.md): minimum share of copy bandwidth, minimum ratio to PyTorch.
     ew, bias, bias_db = (0.97, 1.0), (0.93, 1.7), (0.93, 2.0)
     sm, lsm = (0.85, 1.0), (0.85, 1.0)  # plus geomeans: 1.8 (softmax grad), 1.1 (log-softmax grad)
@@ -301,7 +301,7 @@ def cases():
     for shape in SOFTMAX_SHAPES:
         out.append(forward_case("Softmax_13", shape, lambda x: torch.softmax(x, -1), fwd, {"axis": -1}))
         out.append(forward_case("LogSoftmax_13", shape, lambda x: torch.log_softmax(x, -1), fwd, {"axis": -1}))
-    for shape in SOFTMAX_AXIS_SHAPES:
+    for shape in axis_shapes:
         # A middle axis: 0.85 of copy where inner (the last dim) is 8 or more, 0.70 below, where a
         # warp's loads of one axis step span fewer than 8 elements.
         t = (0.85 if shape[-1] >= 8 else 0.70, 1.0)
@@ -562,13 +562,13 @@ def main():
                     help="the softmax_axis family on these [outer, axis, inner] shapes instead of its own "
                          "(comma-separated, as 64x8192x64; the softmax runs over the middle one)")
     args = ap.parse_args()
+    axis_shapes = SOFTMAX_AXIS_SHAPES
     if args.axis_shapes:
-        global SOFTMAX_AXIS_SHAPES
         try:
-            SOFTMAX_AXIS_SHAPES = [tuple(int(n) for n in s.split("x")) for s in args.axis_shapes.split(",")]
+            axis_shapes = [tuple(int(n) for n in s.split("x")) for s in args.axis_shapes.split(",")]
         except ValueError:
-            SOFTMAX_AXIS_SHAPES = []
-        if not SOFTMAX_AXIS_SHAPES or any(len(s) != 3 or min(s) < 1 for s in SOFTMAX_AXIS_SHAPES):
+            axis_shapes = []
+        if not axis_shapes or any(len(s) != 3 or min(s) < 1 for s in axis_shapes):
             ap.error(f"--axis-shapes: expected OUTERxAXISxINNER of positive integers, comma-separated; "
                      f"found '{args.axis_shapes}'")
     if args.table:
@@ -590,7 +590,7 @@ def main():
     same_size = SameSizeCopy(timer, copy_gbs)
     rows = []
     ops = args.ops.split(",")
-    for case in cases():
+    for case in cases(axis_shapes):
         if case["family"] not in families or (args.ops and case["op"] not in ops and case.get("name") not in ops):
             continue
         if args.shapes and "x".join(map(str, case.get("shape", ()))) not in args.shapes.split(","):

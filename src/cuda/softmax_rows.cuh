@@ -200,10 +200,11 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
     // 0.62-0.66). Tiles are not narrowed where a cluster holds the line-wide one: pieces of rows
     // cost more than ranks (341x1000x96 f32 on one block in 32-byte tiles ran 10% slower than on
     // 4 in 128-byte ones; 16-bit on one block against 2, the same).
-    for (int tx = p.tx / 2; blocks > kMaxCluster && p.fold == 1 && tx >= std::max(1, 32 / unit); tx /= 2) {
-      p.tx = tx;
-      blocks = blocks_at(tx);
-    }
+    for (int tx = p.tx / 2; blocks > kMaxCluster && p.fold == 1 && tx >= std::max(1, 32 / unit); tx /= 2)
+      if (blocks_at(tx) <= kMaxCluster) {
+        p.tx = tx;
+        blocks = blocks_at(tx);
+      }
     p.ty = kStridedHeldThreads / p.tx;
     p.blocks = blocks <= kMaxCluster ? static_cast<int>(blocks) : 0;
   }

@@ -152,6 +152,57 @@ __device__ void group_totals(const float* part, int b, int cwe, float* red, floa
   __syncthreads();
 }
 
+// Waits until a strip's b blocks have posted (thread 0 spins; `wait` false skips it, a
+// diagnostic), adds their sums into total and loads this thread's columns of it into tot.
+template <int V>
+__device__ void strip_totals(const unsigned* counter, bool wait, const float* part, int b, int cwe,
+                             float* red, float* total, int lane, float (&tot)[V]) {
+  if (threadIdx.x == 0 && wait) {
+    while (load_acquire(counter) < static_cast<unsigned>(b)) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  group_totals(part, b, cwe, red, total);
+  _Pragma("unroll") for (int v = 0; v < V; ++v) tot[v] = total[lane * V + v];
+}
+
+// The per-element halves every form shares. load(i, r) gives the 16 bytes of row r of input i
+// (0: dy, 1: y) that a thread handles, from memory or from shared memory.
+// Adds y * dy (kLog: dy) of rows r, r + step, ... below r1 into acc.
+template <class T, bool kLog, int U, class Load>
+__device__ inline void sum_rows(Load load, int64_t r, int64_t r1, int step, float (&acc)[kVec<T>]) {
+#pragma unroll U
+  for (; r < r1; r += step) {
+    const uint4 gd = load(0, r);
+    const T* g = reinterpret_cast<const T*>(&gd);
+    if constexpr (kLog) {
+      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] += to_f(g[v]);
+    } else {
+      const uint4 yd = load(1, r);
+      const T* w = reinterpret_cast<const T*>(&yd);
+      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] = fmaf(to_f(w[v]), to_f(g[v]), acc[v]);
+    }
+  }
+}
+// Writes dx = y (dy - tot) (kLog: dy - exp(y) tot) for the same rows; dx points at row 0's pack.
+template <class T, bool kLog, int U, class Load>
+__device__ inline void write_rows(Load load, T* dx, int64_t inner, int64_t r, int64_t r1, int step,
+                                  const float (&tot)[kVec<T>]) {
+#pragma unroll U
+  for (; r < r1; r += step) {
+    const uint4 gd = load(0, r), yd = load(1, r);
+    const T* g = reinterpret_cast<const T*>(&gd);
+    const T* w = reinterpret_cast<const T*>(&yd);
+    uint4 od;
+    T* out = reinterpret_cast<T*>(&od);
+    _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) {
+      const float gv = to_f(g[v]), wv = to_f(w[v]);
+      out[v] = from_f<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
+    }
+    __stcs(reinterpret_cast<uint4*>(dx + r * inner), od);
+  }
+}
+
 // The reread form: sums from memory, dx from what L1 or L2 still holds of the same rows.
 // kLog: LogSoftmaxGrad (dx = dy - exp(y) sum dy), else SoftmaxGrad (dx = y (dy - sum y dy)).
 template <class T, bool kLog>
@@ -160,7 +211,7 @@ __global__ void __launch_bounds__(512, 2) reread_kernel(Plan p, const T* __restr
                                                      float* __restrict__ partial,
                                                      unsigned* __restrict__ count) {
   constexpr int V = kVec<T>;
-  extern __shared__ float smem[];  // [rows_at_once][cwe] sums, then [slices][cwe], then totals
+  extern __shared__ float smem[];  // the sums' scratch (column_sums, group_totals), then total
   const int slot = blockIdx.x / p.b, rank = blockIdx.x % p.b;
   const int lane = threadIdx.x % p.lanes, ro = threadIdx.x / p.lanes;
   const int rows_at_once = blockDim.x / p.lanes;
@@ -178,18 +229,10 @@ __global__ void __launch_bounds__(512, 2) reread_kernel(Plan p, const T* __restr
     // A: this block's sums, a running sum a thread over its rows, then the threads in order.
     float acc[V];
     _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = 0.f;
-#pragma unroll 4
-    for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-      const uint4 gd = *reinterpret_cast<const uint4*>(dy + base + r * p.inner);
-      const T* g = reinterpret_cast<const T*>(&gd);
-      if constexpr (kLog) {
-        _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] += to_f(g[v]);
-      } else {
-        const uint4 yd = *reinterpret_cast<const uint4*>(y + base + r * p.inner);
-        const T* w = reinterpret_cast<const T*>(&yd);
-        _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = fmaf(to_f(w[v]), to_f(g[v]), acc[v]);
-      }
-    }
+    const auto global = [&](int i, int64_t r) {
+      return *reinterpret_cast<const uint4*>((i ? y : dy) + base + r * p.inner);
+    };
+    sum_rows<T, kLog, 4>(global, r0 + ro, r1, rows_at_once, acc);
     column_sums(acc, p.lanes, p.cwe, smem, partial + (static_cast<int64_t>(s) * p.b + rank) * p.cwe);
     if (threadIdx.x == 0) {
       __threadfence();
@@ -198,29 +241,11 @@ __global__ void __launch_bounds__(512, 2) reread_kernel(Plan p, const T* __restr
     // P: the strip pf steps ahead, while the others post.
     if (p.pf && s + p.pf * p.k < p.strips && step > 0) prefetch_strip(p, dy, y, s + p.pf * p.k, r0, r1);
     // W: the strip's blocks, then their sums in rank order (slices of ranks, then the slices).
-    if (threadIdx.x == 0) {
-      while (load_acquire(count + s) < static_cast<unsigned>(p.b)) __nanosleep(64);
-      __threadfence();
-    }
-    __syncthreads();
-    group_totals(partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe, smem, total);
-    // B: dx for this block's rows.
     float tot[V];
-    _Pragma("unroll") for (int v = 0; v < V; ++v) tot[v] = total[lane * V + v];
-#pragma unroll 2
-    for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-      const uint4 gd = *reinterpret_cast<const uint4*>(dy + base + r * p.inner);
-      const uint4 yd = *reinterpret_cast<const uint4*>(y + base + r * p.inner);
-      const T* g = reinterpret_cast<const T*>(&gd);
-      const T* w = reinterpret_cast<const T*>(&yd);
-      uint4 od;
-      T* out = reinterpret_cast<T*>(&od);
-      _Pragma("unroll") for (int v = 0; v < V; ++v) {
-        const float gv = to_f(g[v]), wv = to_f(w[v]);
-        out[v] = from_f<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
-      }
-      __stcs(reinterpret_cast<uint4*>(dx + base + r * p.inner), od);
-    }
+    strip_totals(count + s, true, partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe, smem,
+                 total, lane, tot);
+    // B: dx for this block's rows.
+    write_rows<T, kLog, 2>(global, dx + base, p.inner, r0 + ro, r1, rows_at_once, tot);
     __syncthreads();  // smem is reused by the next strip
   }
 }
@@ -274,23 +299,18 @@ __global__ void __launch_bounds__(1024, 1) held_kernel(Plan p, const T* __restri
     cp_commit();  // empty groups too, so that a wait counts the same groups on every step
   };
   // Sums the block's rows of a landed strip, posts them, counts the block in.
+  // The strip held in buffer(step): row r of input i sits at (i * rows_max + r - r0) pieces.
+  auto held = [&](int step) {
+    const unsigned char* buf = buffer(step);
+    return [=](int i, int64_t r) {
+      return *reinterpret_cast<const uint4*>(buf + (i * rows_max + r - r0) * piece);
+    };
+  };
   auto post = [&](int step) {
     const int s = strip(step);
-    const unsigned char* buf = buffer(step);
     float acc[V];
     _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = 0.f;
-    for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-      const int64_t i = r - r0;
-      const uint4 gd = *reinterpret_cast<const uint4*>(buf + i * piece);
-      const T* g = reinterpret_cast<const T*>(&gd);
-      if constexpr (kLog) {
-        _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] += to_f(g[v]);
-      } else {
-        const uint4 yd = *reinterpret_cast<const uint4*>(buf + (rows_max + i) * piece);
-        const T* w = reinterpret_cast<const T*>(&yd);
-        _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = fmaf(to_f(w[v]), to_f(g[v]), acc[v]);
-      }
-    }
+    sum_rows<T, kLog, 2>(held(step), r0 + ro, r1, rows_at_once, acc);
     column_sums(acc, p.lanes, p.cwe, red, partial + (static_cast<int64_t>(s) * p.b + rank) * p.cwe);
     if (threadIdx.x == 0) {
       if (p.order & 2) {
@@ -317,30 +337,10 @@ __global__ void __launch_bounds__(1024, 1) held_kernel(Plan p, const T* __restri
       if (step + 1 < steps) post(step + 1);
     }
     const int s = strip(step);
-    if (threadIdx.x == 0 && !p.nowait) {
-      while (load_acquire(count + s) < static_cast<unsigned>(p.b)) __nanosleep(32);
-      __threadfence();
-    }
-    __syncthreads();
-    group_totals(partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe, red, total);
     float tot[V];
-    _Pragma("unroll") for (int v = 0; v < V; ++v) tot[v] = total[lane * V + v];
-    const unsigned char* buf = buffer(step);
-    const int64_t base = col0(s);
-    for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-      const int64_t i = r - r0;
-      const uint4 gd = *reinterpret_cast<const uint4*>(buf + i * piece);
-      const uint4 yd = *reinterpret_cast<const uint4*>(buf + (rows_max + i) * piece);
-      const T* g = reinterpret_cast<const T*>(&gd);
-      const T* w = reinterpret_cast<const T*>(&yd);
-      uint4 od;
-      T* out = reinterpret_cast<T*>(&od);
-      _Pragma("unroll") for (int v = 0; v < V; ++v) {
-        const float gv = to_f(g[v]), wv = to_f(w[v]);
-        out[v] = from_f<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
-      }
-      __stcs(reinterpret_cast<uint4*>(dx + base + r * p.inner), od);
-    }
+    strip_totals(count + s, !p.nowait, partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe,
+                 red, total, lane, tot);
+    write_rows<T, kLog, 2>(held(step), dx + col0(s), p.inner, r0 + ro, r1, rows_at_once, tot);
     // No barrier: total is rewritten only after the next step's post, which every warp reaches
     // after this loop.
   }
@@ -372,6 +372,9 @@ __global__ void __launch_bounds__(512, 2) piped_kernel(Plan p, const T* __restri
   float* total = smem + rows_at_once * p.cwe;
   for (int s = 0; s < p.strips; ++s) {
     const int64_t base = (s / groups) * p.axis * p.inner + static_cast<int64_t>(s % groups) * p.cwe + lane * V;
+    const auto global = [&](int i, int64_t r) {
+      return *reinterpret_cast<const uint4*>((i ? y : dy) + base + r * p.inner);
+    };
     if (producer) {
       if (s >= p.pf) {  // L2 holds at most pf strips ahead of the consumers
         if (threadIdx.x == 0)
@@ -380,44 +383,19 @@ __global__ void __launch_bounds__(512, 2) piped_kernel(Plan p, const T* __restri
       }
       float acc[V];
       _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = 0.f;
-#pragma unroll 4
-      for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-        const uint4 gd = *reinterpret_cast<const uint4*>(dy + base + r * p.inner);
-        const T* g = reinterpret_cast<const T*>(&gd);
-        if constexpr (kLog) {
-          _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] += to_f(g[v]);
-        } else {
-          const uint4 yd = *reinterpret_cast<const uint4*>(y + base + r * p.inner);
-          const T* w = reinterpret_cast<const T*>(&yd);
-          _Pragma("unroll") for (int v = 0; v < V; ++v) acc[v] = fmaf(to_f(w[v]), to_f(g[v]), acc[v]);
-        }
-      }
+      sum_rows<T, kLog, 4>(global, r0 + ro, r1, rows_at_once, acc);
       column_sums(acc, p.lanes, p.cwe, smem, partial + (static_cast<int64_t>(s) * p.b + rank) * p.cwe);
       if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count + s) : "memory");
     } else {
-      if (threadIdx.x == 0) {
-        while (load_acquire(count + s) < static_cast<unsigned>(p.b)) __nanosleep(32);
-      }
-      __syncthreads();
-      group_totals(partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe, smem, total);
       float tot[V];
-      _Pragma("unroll") for (int v = 0; v < V; ++v) tot[v] = total[lane * V + v];
-#pragma unroll 4
-      for (int64_t r = r0 + ro; r < r1; r += rows_at_once) {
-        const uint4* pg = reinterpret_cast<const uint4*>(dy + base + r * p.inner);
-        const uint4* py = reinterpret_cast<const uint4*>(y + base + r * p.inner);
-        const uint4 gd = (p.order & 4) ? __ldlu(pg) : *pg;
-        const uint4 yd = (p.order & 4) ? __ldlu(py) : *py;
-        const T* g = reinterpret_cast<const T*>(&gd);
-        const T* w = reinterpret_cast<const T*>(&yd);
-        uint4 od;
-        T* out = reinterpret_cast<T*>(&od);
-        _Pragma("unroll") for (int v = 0; v < V; ++v) {
-          const float gv = to_f(g[v]), wv = to_f(w[v]);
-          out[v] = from_f<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
-        }
-        __stcs(reinterpret_cast<uint4*>(dx + base + r * p.inner), od);
-      }
+      strip_totals(count + s, true, partial + static_cast<int64_t>(s) * p.b * p.cwe, p.b, p.cwe, smem,
+                   total, lane, tot);
+      // ld.global.lu (--order 4): the reread is the rows' last use.
+      const auto last = [&](int i, int64_t r) {
+        const uint4* q = reinterpret_cast<const uint4*>((i ? y : dy) + base + r * p.inner);
+        return (p.order & 4) ? __ldlu(q) : *q;
+      };
+      write_rows<T, kLog, 4>(last, dx + base, p.inner, r0 + ro, r1, rows_at_once, tot);
       __syncthreads();  // every thread's rows read (and total, before the next strip rewrites it)
       if (threadIdx.x == 0) atomicAdd(done + s, 1u);
     }

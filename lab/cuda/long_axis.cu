@@ -7,21 +7,24 @@
 // order of every sum is too). The grid is resident for the whole call (a cooperative launch), and
 // each block posts its column sums of a strip to global scratch and counts itself on the strip's
 // counter (integer, no float atomics); a strip's sums are its b blocks' in rank order.
-//   reread_kernel (--nbuf 0): k strips at a time, each block walking strip slot, slot + k, ...:
+//   reread_kernel (the default): k strips at a time, each block walking strip slot, slot + k, ...:
 //      sums its rows, posts, optionally asks L2 for its rows `pf` strips ahead, waits for the
 //      strip's posts, rereads its rows (L1 or L2) and writes dx.
-//   held_kernel (--nbuf 3): a block's rows of each strip are copied into shared memory, a ring of
+//   held_kernel (--held 1): a block's rows of each strip are copied into shared memory, a ring of
 //      three strips, and the strips pipelined: while strip j's group is awaited the block sums strip
 //      j + 1, and strip j + 2's copies are in flight.
 //   piped_kernel (--piped 1): b producers sum and post the strips in order; b consumers follow, at
 //      most `pf` strips behind, rereading their rows from L2 to write dx.
 //
-// A standalone check-then-time harness: data as the library's tests draw them, the float64 oracle
-// and the library's tolerance (docs/tolerances.md) first, then the median of timed runs against a
+// A check-then-time harness: the tests' data, float64 reference and tolerance (check/oracle,
+// gradops::check::tolerance; docs/tolerances.md) first, then the median of timed runs against a
 // 1 GiB device copy timed the same way (an L2 flush and a spin ahead of each run); one line a run.
-//   nvcc -O3 -std=c++20 -arch=sm_90 lab/cuda/long_axis.cu -o long_axis
+//   cmake --preset cuda && cmake --build build/cuda --target gradops_checker
+//   nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -Icheck lab/cuda/long_axis.cu \
+//     build/cuda/check/harness/libgradops_checker.a build/cuda/check/oracle/libgradops_oracle.a \
+//     build/cuda/libgradops.a -lhwy -lsleef -lgomp -o long_axis
 //   long_axis --op sg|lsg --dtype f32|bf16|f16 --shape O,A,I [--cw 128] [--b 132] [--threads 512]
-//             [--nbuf 0|3] [--piped 0|1] [--pf 1] [--pfmode line|bulk] [--kmax k] [--order bits]
+//             [--held 0|1] [--piped 0|1] [--pf 1] [--pfmode line|bulk] [--kmax k] [--order bits]
 //             [--nowait 1] [--reps 20]
 // --pf: staged, strips ahead to prefetch into L2 (0: none); piped, the producers' lead.
 // --order (held): bit 0 posts strip j + 1 before issuing j + 2's copies, bit 1 counts in with
@@ -42,6 +45,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/checker.hpp"  // the tests' tolerance
+#include "oracle/oracle.hpp"    // the tests' data and float64 reference
+
 #define CK(x)                                                                              \
   do {                                                                                     \
     cudaError_t e_ = (x);                                                                  \
@@ -53,14 +59,17 @@
 
 namespace {
 
+namespace gc = gradops::check;
+namespace go = gradops::oracle;
+
 template <class T> __host__ __device__ inline float to_f(T v);
 template <> __host__ __device__ inline float to_f(float v) { return v; }
-template <> __device__ inline float to_f(__half v) { return __half2float(v); }
-template <> __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __device__ inline T from_f(float v);
-template <> __device__ inline float from_f(float v) { return v; }
-template <> __device__ inline __half from_f(float v) { return __float2half_rn(v); }
-template <> __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+template <> __host__ __device__ inline float to_f(__half v) { return __half2float(v); }
+template <> __host__ __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __host__ __device__ inline T from_f(float v);
+template <> __host__ __device__ inline float from_f(float v) { return v; }
+template <> __host__ __device__ inline __half from_f(float v) { return __float2half_rn(v); }
+template <> __host__ __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 
 struct Plan {
   int64_t outer, axis, inner;
@@ -261,12 +270,12 @@ template <int N> __device__ inline void cp_wait() { asm volatile("cp.async.wait_
 // and the strips are pipelined: while strip j's group is awaited, this block sums strip j + 1 (its
 // copies landed during strip j) and strip j + 2's copies are in flight. Memory sees each input
 // once, and the wait for a group overlaps the next strip's sums and copies.
-template <class T, bool kLog, int NBUF>
+template <class T, bool kLog>
 __global__ void __launch_bounds__(1024, 1) held_kernel(Plan p, const T* __restrict__ dy,
                                                        const T* __restrict__ y, T* __restrict__ dx,
                                                        float* __restrict__ partial,
                                                        unsigned* __restrict__ count) {
-  static_assert(NBUF == 3, "the pipeline holds three strips");
+  constexpr int kRing = 3;  // strips in shared memory: awaited, being summed, being copied
   constexpr int V = kVec<T>;
   extern __shared__ __align__(16) unsigned char sm[];
   const int slot = blockIdx.x / p.b, rank = blockIdx.x % p.b;
@@ -277,14 +286,14 @@ __global__ void __launch_bounds__(1024, 1) held_kernel(Plan p, const T* __restri
   const int groups = static_cast<int>(p.inner / p.cwe);
   const int piece = p.cwe * static_cast<int>(sizeof(T));
   const size_t buf_bytes = static_cast<size_t>(rows_max) * piece * 2;
-  float* red = reinterpret_cast<float*>(sm + NBUF * buf_bytes);
+  float* red = reinterpret_cast<float*>(sm + kRing * buf_bytes);
   float* total = red + max(blockDim.x / 32, blockDim.x / p.cwe) * (p.cwe + 1);
   const int steps = (p.strips - slot + p.k - 1) / p.k;
   auto strip = [&](int step) { return slot + step * p.k; };
   auto col0 = [&](int s) {
     return (s / groups) * p.axis * p.inner + static_cast<int64_t>(s % groups) * p.cwe + lane * V;
   };
-  auto buffer = [&](int step) { return sm + (step % NBUF) * buf_bytes + lane * 16; };
+  auto buffer = [&](int step) { return sm + (step % kRing) * buf_bytes + lane * 16; };
 
   auto issue = [&](int step) {
     if (step < steps) {
@@ -410,23 +419,10 @@ __global__ void spin(long long ns) {
 
 // ---- host ------------------------------------------------------------------------------------
 
-uint16_t f2bf(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-float bf2f(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 struct Args {
   std::string op = "sg", dtype = "f32", pfmode = "line";
   int64_t O = 8, A = 32768, I = 128;
-  int cw = 128, b = 132, threads = 512, pf = 1, reps = 20, kmax = 1 << 20, nbuf = 0, nowait = 0, order = 0, piped = 0;
+  int cw = 128, b = 132, threads = 512, pf = 1, reps = 20, kmax = 1 << 20, held = 0, nowait = 0, order = 0, piped = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -444,7 +440,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--piped") a.piped = std::atoi(v.c_str());
     else if (k == "--order") a.order = std::atoi(v.c_str());
     else if (k == "--nowait") a.nowait = std::atoi(v.c_str());
-    else if (k == "--nbuf") a.nbuf = std::atoi(v.c_str());
+    else if (k == "--held") a.held = std::atoi(v.c_str());
     else if (k == "--kmax") a.kmax = std::atoi(v.c_str());
     else if (k == "--reps") a.reps = std::atoi(v.c_str());
     else { std::fprintf(stderr, "unknown %s\n", k.c_str()); std::exit(2); }
@@ -452,27 +448,10 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Storage values held as float (exactly representable in T) and their bits in T.
-template <class T> void store(const std::vector<float>& f, std::vector<T>& t);
-template <> void store(const std::vector<float>& f, std::vector<float>& t) { t = f; }
-template <> void store(const std::vector<float>& f, std::vector<__half>& t) {
-  t.resize(f.size());
-  for (size_t i = 0; i < f.size(); ++i) t[i] = __float2half_rn(f[i]);
-}
-template <> void store(const std::vector<float>& f, std::vector<__nv_bfloat16>& t) {
-  t.resize(f.size());
-  for (size_t i = 0; i < f.size(); ++i) {
-    uint16_t h = f2bf(f[i]);
-    std::memcpy(&t[i], &h, 2);
-  }
-}
-template <class T> float back(T v);
-template <> float back(float v) { return v; }
-template <> float back(__half v) { return __half2float(v); }
-template <> float back(__nv_bfloat16 v) {
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return bf2f(h);
+template <class T> gradops::DType dtype_of() {
+  if constexpr (std::is_same_v<T, __half>) return gradops::DType::f16;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return gradops::DType::bf16;
+  return gradops::DType::f32;
 }
 
 template <class T, bool kLog>
@@ -498,8 +477,8 @@ int run(const Args& a) {
   size_t smem = (std::max(rows_at_once, slices) + 1) * p.cwe * sizeof(float);
   auto kern = reread_kernel<T, kLog>;
   if (a.piped) kern = piped_kernel<T, kLog>;  // pf: the lag in strips
-  if (a.nbuf >= 2) {
-    kern = held_kernel<T, kLog, 3>;
+  if (a.held) {
+    kern = held_kernel<T, kLog>;
     smem += 3 * static_cast<size_t>((a.A + p.b - 1) / p.b) * a.cw * 2;
     p.pf = 0;
   }
@@ -518,26 +497,24 @@ int run(const Args& a) {
   cudaFuncAttributes fa{};
   CK(cudaFuncGetAttributes(&fa, kern));
 
-  // Data as the tests draw it: x ~ U(-4, 4), y its (log-)softmax along the axis rounded to T,
-  // dy ~ U(-1, 1) rounded to T.
-  std::mt19937_64 rng(12345 + a.b * 7 + a.cw);
-  std::uniform_real_distribution<float> ux(-4.f, 4.f), ug(-1.f, 1.f);
-  std::vector<float> yf(n), gf(n);
-  std::vector<double> x(a.A);
-  for (int64_t o = 0; o < a.O; ++o)
-    for (int64_t i = 0; i < a.I; ++i) {
-      double m = -1e300, sum = 0;
-      for (int64_t r = 0; r < a.A; ++r) m = std::max(m, x[r] = ux(rng));
-      for (int64_t r = 0; r < a.A; ++r) sum += std::exp(x[r] - m);
-      for (int64_t r = 0; r < a.A; ++r) {
-        const double v = kLog ? x[r] - m - std::log(sum) : std::exp(x[r] - m) / sum;
-        yf[(o * a.A + r) * a.I + i] = static_cast<float>(v);
-      }
-    }
-  for (auto& g : gf) g = ug(rng);
-  std::vector<T> yt, gt, dxt(n);
-  store(yf, yt);
-  store(gf, gt);
+  // The tests' data, reference and tolerance (check/oracle, check/harness): dy and y as the
+  // oracle draws them for this op, stored in T exactly.
+  gc::Problem prob;
+  prob.op = kLog ? gradops::OpId::LogSoftmaxGrad_13 : gradops::OpId::SoftmaxGrad_13;
+  prob.sig = {{dtype_of<T>(), dtype_of<T>(), dtype_of<T>()}};
+  prob.shape = {a.O, a.A, a.I};
+  prob.attrs = {{"axis", 1.0}};
+  const go::Attrs attrs = gc::full_attrs(prob);
+  const std::string name(gradops::op_schema(prob.op).name);
+  const gradops::DType dts[] = {gc::input_dtype(prob, 0), gc::input_dtype(prob, 1)};
+  go::Rng rng(12345 + a.b * 7 + a.cw);
+  const go::Tensors in = go::make_inputs(name, prob.shape, attrs, dts, rng);
+  const go::Tensors ref = go::reference(name, in, attrs);
+  std::vector<T> gt(n), yt(n), dxt(n);
+  for (int64_t e = 0; e < n; ++e) {
+    gt[e] = from_f<T>(static_cast<float>(in[0]->v[e]));
+    yt[e] = from_f<T>(static_cast<float>(in[1]->v[e]));
+  }
   T *dy, *y, *dx;
   float* partial;
   unsigned* count;
@@ -560,33 +537,16 @@ int run(const Args& a) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(dxt.data(), dx, bytes, cudaMemcpyDeviceToHost));
 
-  // Check against the float64 oracle with the library's tolerance.
-  const double uo = std::is_same_v<T, float> ? std::ldexp(1.0, -24) : std::is_same_v<T, __half> ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-  const double uc = std::ldexp(1.0, -24), lam = 6, nn = static_cast<double>(a.A);
-  const double L = std::min(nn, lam * std::sqrt(nn));
-  const double pmax = std::min(std::exp(4.0) / (std::exp(4.0) + (nn - 1) * std::exp(-4.0)),
-                               nn * 6.822 - lam * std::sqrt(nn) * 11.83 > 0 ? std::exp(4.0) / (nn * 6.822 - lam * std::sqrt(nn) * 11.83) : 1.0);
-  const double R = kLog ? std::min(nn, lam * std::sqrt(nn / 3)) : std::min(1.0, lam * std::sqrt(pmax / 3));
-  const double abs_tol = 2 * pmax * (L + (kLog ? 3 : 1)) * uc * R + std::ldexp(1.0, std::is_same_v<T, float> ? -149 : std::is_same_v<T, __half> ? -24 : -133);
-  const double rel_tol = 2 * uo + (kLog ? 2 : 3) * uc;
+  // Check: |dx - reference| <= abs + rel |reference| everywhere.
+  const gc::Tolerance tol = gc::tolerance(prob, 0);
   double worst = 0;
   int64_t bad = 0;
-  for (int64_t o = 0; o < a.O; ++o)
-    for (int64_t i = 0; i < a.I; ++i) {
-      double s = 0;
-      for (int64_t r = 0; r < a.A; ++r) {
-        const int64_t e = (o * a.A + r) * a.I + i;
-        s += kLog ? double(back(gt[e])) : double(back(yt[e])) * double(back(gt[e]));
-      }
-      for (int64_t r = 0; r < a.A; ++r) {
-        const int64_t e = (o * a.A + r) * a.I + i;
-        const double g = back(gt[e]), w = back(yt[e]);
-        const double ref = kLog ? g - std::exp(w) * s : w * (g - s);
-        const double err = std::fabs(double(back(dxt[e])) - ref), tol = abs_tol + rel_tol * std::fabs(ref);
-        if (!(err <= tol)) ++bad;
-        worst = std::max(worst, err / tol);
-      }
-    }
+  for (int64_t e = 0; e < n; ++e) {
+    const double want = ref[0]->v[e], err = std::fabs(double(to_f(dxt[e])) - want);
+    const double bound = tol.abs + tol.rel * std::fabs(want);
+    if (!(err <= bound)) ++bad;
+    worst = std::max(worst, err / bound);
+  }
 
   // Time: L2 flush and a spin ahead of each run, median of reps, against a 1 GiB copy timed so.
   char* flush;
@@ -620,10 +580,10 @@ int run(const Args& a) {
   const double copy_gbs = 2.0 * (1 << 30) / (copy_ms * 1e-3) / 1e9;
   const double moved = static_cast<double>(bytes) * 3;
   const double gbs = moved / (ms * 1e-3) / 1e9;
-  std::printf("%s %s %ldx%ldx%ld cw %d b %d k %d grid %d (%d/SM, %d regs, %zu B smem) threads %d nbuf %d piped %d order %d pf %d %s | "
+  std::printf("%s %s %ldx%ldx%ld cw %d b %d k %d grid %d (%d/SM, %d regs, %zu B smem) threads %d held %d piped %d order %d pf %d %s | "
               "check %s worst %.2f of tol (%ld bad) | %.1f us %.0f GB/s copy %.0f GB/s share %.3f\n",
               kLog ? "LogSoftmaxGrad_13" : "SoftmaxGrad_13", a.dtype.c_str(), a.O, a.A, a.I, a.cw,
-              p.b, p.k, grid, per_sm, fa.numRegs, smem, a.threads, a.nbuf, a.piped, a.order, p.pf, a.pfmode.c_str(),
+              p.b, p.k, grid, per_sm, fa.numRegs, smem, a.threads, a.held, a.piped, a.order, p.pf, a.pfmode.c_str(),
               bad ? "FAIL" : "ok", worst, bad, ms * 1e3, gbs, copy_gbs, gbs / copy_gbs);
   return bad ? 1 : 0;
 }

@@ -20,7 +20,7 @@
 // gradops::check::tolerance; docs/tolerances.md) first, then the median of timed runs against a
 // 1 GiB device copy timed the same way (an L2 flush and a spin ahead of each run); one line a run.
 //   cmake --preset cuda && cmake --build build/cuda --target gradops_checker
-//   nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -Icheck lab/cuda/long_axis.cu \
+//   nvcc -O3 -std=c++20 -arch=sm_90 -Iinclude -Isrc -Icheck lab/cuda/long_axis.cu \
 //     build/cuda/check/harness/libgradops_checker.a build/cuda/check/oracle/libgradops_oracle.a \
 //     build/cuda/libgradops.a -lhwy -lsleef -lgomp -o long_axis
 //   long_axis --op sg|lsg --dtype f32|bf16|f16 --shape O,A,I [--cw 128] [--b 132] [--threads 512]
@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/reduce.cuh"      // the library's conversions and warp reduction
 #include "harness/checker.hpp"  // the tests' tolerance
 #include "oracle/oracle.hpp"    // the tests' data and float64 reference
 
@@ -62,14 +63,8 @@ namespace {
 namespace gc = gradops::check;
 namespace go = gradops::oracle;
 
-template <class T> __host__ __device__ inline float to_f(T v);
-template <> __host__ __device__ inline float to_f(float v) { return v; }
-template <> __host__ __device__ inline float to_f(__half v) { return __half2float(v); }
-template <> __host__ __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __host__ __device__ inline T from_f(float v);
-template <> __host__ __device__ inline float from_f(float v) { return v; }
-template <> __host__ __device__ inline __half from_f(float v) { return __float2half_rn(v); }
-template <> __host__ __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+using gradops::cuda::from_compute;
+using gradops::cuda::to_compute;
 
 struct Plan {
   int64_t outer, axis, inner;
@@ -78,10 +73,11 @@ struct Plan {
   int b;            // blocks a strip
   int k;            // strips at a time
   int strips;       // outer * inner / cwe
-  int pf;           // strips ahead to prefetch (0: none)
+  int pf;           // reread: strips ahead to prefetch (0: none); piped: the producers' lead
   int bulk;         // 1: cp.async.bulk.prefetch.L2 a row piece, 0: prefetch.global.L2 a line
   int nowait;       // diagnostic: skip the group wait (wrong sums; times what the wait costs)
-  int order;        // held: bit 0, post strip j + 1 before issuing j + 2's copies; bit 1, signal by red.release
+  int order;        // held: bit 0 posts strip j + 1 before issuing j + 2's copies, bit 1 counts
+                    // in by red.release; piped: bit 2 rereads with ld.global.lu
 };
 
 __device__ inline void prefetch_line(const void* p) {
@@ -121,8 +117,7 @@ __device__ void prefetch_strip(const Plan& p, const T* dy, const T* y, int s, in
 // apart (no bank conflicts); it holds blockDim / 32 such rows. Leaves the sums in out[0, cwe)
 // (global or shared). Ends with a barrier.
 __device__ inline float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+  return gradops::cuda::group_allreduce<gradops::cuda::SumOp<float>>(v, 32);
 }
 template <int V>
 __device__ void column_sums(float (&acc)[V], int lanes, int cwe, float* red, float* out) {
@@ -185,11 +180,11 @@ __device__ inline void sum_rows(Load load, int64_t r, int64_t r1, int step, floa
     const uint4 gd = load(0, r);
     const T* g = reinterpret_cast<const T*>(&gd);
     if constexpr (kLog) {
-      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] += to_f(g[v]);
+      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] += to_compute(g[v]);
     } else {
       const uint4 yd = load(1, r);
       const T* w = reinterpret_cast<const T*>(&yd);
-      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] = fmaf(to_f(w[v]), to_f(g[v]), acc[v]);
+      _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) acc[v] = fmaf(to_compute(w[v]), to_compute(g[v]), acc[v]);
     }
   }
 }
@@ -205,8 +200,8 @@ __device__ inline void write_rows(Load load, T* dx, int64_t inner, int64_t r, in
     uint4 od;
     T* out = reinterpret_cast<T*>(&od);
     _Pragma("unroll") for (int v = 0; v < kVec<T>; ++v) {
-      const float gv = to_f(g[v]), wv = to_f(w[v]);
-      out[v] = from_f<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
+      const float gv = to_compute(g[v]), wv = to_compute(w[v]);
+      out[v] = from_compute<T>(kLog ? gv - expf(wv) * tot[v] : wv * (gv - tot[v]));
     }
     __stcs(reinterpret_cast<uint4*>(dx + r * inner), od);
   }
@@ -512,8 +507,8 @@ int run(const Args& a) {
   const go::Tensors ref = go::reference(name, in, attrs);
   std::vector<T> gt(n), yt(n), dxt(n);
   for (int64_t e = 0; e < n; ++e) {
-    gt[e] = from_f<T>(static_cast<float>(in[0]->v[e]));
-    yt[e] = from_f<T>(static_cast<float>(in[1]->v[e]));
+    gt[e] = T(static_cast<float>(in[0]->v[e]));  // exact: the oracle's values are T's
+    yt[e] = T(static_cast<float>(in[1]->v[e]));
   }
   T *dy, *y, *dx;
   float* partial;
@@ -542,7 +537,7 @@ int run(const Args& a) {
   double worst = 0;
   int64_t bad = 0;
   for (int64_t e = 0; e < n; ++e) {
-    const double want = ref[0]->v[e], err = std::fabs(double(to_f(dxt[e])) - want);
+    const double want = ref[0]->v[e], err = std::fabs(double(static_cast<float>(dxt[e])) - want);
     const double bound = tol.abs + tol.rel * std::fabs(want);
     if (!(err <= bound)) ++bad;
     worst = std::max(worst, err / bound);

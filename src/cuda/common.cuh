@@ -207,11 +207,21 @@ __device__ __forceinline__ compute_t<T> unpack(const Pack<T, N>& p, int j) {
 }
 
 // A 16-byte pack moved with a cache hint: kHint 0 is an ordinary access; 1 streams (evict-first in
-// L1 and L2: ld.global.cs / st.global.cs), for data that is touched once. Other sizes ignore it.
+// L1 and L2: ld.global.cs / st.global.cs), for data that is touched once; 2 (loads only) has L2
+// fill the whole 128-byte line (ld.global.L2::128B), for tiles that read half a line each while
+// the tile beside them reads the other half. Other sizes ignore it.
 template <int kHint, class P>
 __device__ __forceinline__ P load_pack(const P* p) {
   if constexpr (kHint == 1 && sizeof(P) == 16) {
     const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    P r;
+    *reinterpret_cast<uint4*>(&r) = v;
+    return r;
+  } else if constexpr (kHint == 2 && sizeof(P) == 16) {
+    uint4 v;
+    asm volatile("ld.global.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     P r;
     *reinterpret_cast<uint4*>(&r) = v;
     return r;

@@ -218,6 +218,7 @@ __device__ __forceinline__ P load_pack(const P* p) {
     *reinterpret_cast<uint4*>(&r) = v;
     return r;
   } else if constexpr (kHint == 2 && sizeof(P) == 16) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750  // the PTX qualifier's floor
     uint4 v;
     asm volatile("ld.global.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -225,6 +226,9 @@ __device__ __forceinline__ P load_pack(const P* p) {
     P r;
     *reinterpret_cast<uint4*>(&r) = v;
     return r;
+#else
+    return *p;
+#endif
   } else {
     return *p;
   }

@@ -235,6 +235,7 @@ __device__ __forceinline__ P load_pack(const P* p) {
 }
 template <int kHint, class P>
 __device__ __forceinline__ void store_pack(P* p, const P& v) {
+  static_assert(kHint != 2, "kHint 2 is a load hint");
   if constexpr (kHint == 1 && sizeof(P) == 16) {
     __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
   } else {

@@ -291,7 +291,9 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
   const P* gp = static_cast<const P*>(a.dy);
   P* outp = static_cast<P*>(a.out);
   const int64_t columns = a.outer * a.units;
+  // The axis position of this thread's unit k (units beyond the axis are neither loaded nor stored).
   const int64_t ax0 = (int64_t{rank} * N) * a.ty + ty;
+  const auto axis_at = [&](int k) { return ax0 + int64_t{k} * a.ty; };
   // Where this thread's column of tile `tile` starts, or -1 where it has none.
   const auto start = [&](int64_t tile) -> int64_t {
     const int64_t c = tile * a.tx + tx;
@@ -299,12 +301,14 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
   };
   P y[N], g[N];
   // L2 fills whole lines for these loads: a 16-bit tile of 64 bytes reads half of each line, and
-  // the tile beside it, run at about the same time, the other half (on an H100, 341x1000x96 and
-  // 64x8192x64 16-bit gradients 2-6% faster, 64x8192x64 f32 -1% to +4%, whole-line tiles within 1%).
+  // the tile beside it, run at about the same time, the other half (on one H100, 341x1000x96 and
+  // 64x8192x64 16-bit gradients 2-6% faster, 64x8192x64 f32 -1% to +4%, whole-line tiles within 1%;
+  // on another, 341x1000x96 2-4% slower alone and level with the evict-first stores below, and
+  // 64x8192x64 16-bit 1-7% faster with them).
   const auto load = [&](int64_t at) {
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const int64_t ax = ax0 + int64_t{k} * a.ty;
+      const int64_t ax = axis_at(k);
       if (at >= 0 && ax < a.len) {
         y[k] = load_pack<2>(yp + at + ax * a.units);
         if constexpr (is_grad(K)) g[k] = load_pack<2>(gp + at + ax * a.units);
@@ -322,7 +326,7 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
     if constexpr (!kCluster) load(base = start(tile));
     bool valid[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) valid[k] = base >= 0 && ax0 + int64_t{k} * a.ty < a.len;
+    for (int k = 0; k < N; ++k) valid[k] = base >= 0 && axis_at(k) < a.len;
     // Each group's Final as (a[j], b[j]); written in place of the reductions' values.
     A a_[VEC], b_[VEC];
     A (&v)[VEC] = b_;
@@ -374,7 +378,7 @@ __global__ void __launch_bounds__(kStridedHeldThreads, kHeldMinBlocks<T, VEC, kC
         }
         // Written once: evict-first, leaving L2 to the lines the loads fill for the tile beside
         // (341x1000x96 16-bit gradients another 1-3%).
-        store_pack<1>(outp + base + (ax0 + int64_t{k} * a.ty) * a.units, o);
+        store_pack<1>(outp + base + axis_at(k) * a.units, o);
       }
     if constexpr (kCluster) load(base = start(tile + stride));
   }

@@ -103,6 +103,9 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {31, 33}, 0, {0}, {}},
       {"cuda:strided_held", OpId::LogSoftmax_13, DType::f16, {30, 50, 7}, 1, {1, 2, 0}, {}},
       {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f32, {2, 2048, 32}, 1, {0}, {}},
+      // Forwards held by clusters too: 8 blocks here, and 16 of 64-byte tiles for bf16 at inner 64.
+      {"cuda:strided_held", OpId::Softmax_13, DType::f32, {2, 2048, 32}, 1, {0}, {}},
+      {"cuda:strided_held", OpId::LogSoftmax_13, DType::bf16, {2, 8192, 64}, 1, {0}, {}},
       {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 16385, 32}, 1, {0}, {}},
       {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {2, 10000, 7}, 1, {1, 2, 0}, {}},
       // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:

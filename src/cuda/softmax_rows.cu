@@ -11,10 +11,9 @@
 //   cuda:two_pass         the rest: the row streamed twice
 // A non-last axis (inner > 1):
 //   cuda:strided_held     the axis held in registers: threads along inner, lanes along the axis,
-//                         a cluster of up to 16 blocks where one block cannot hold it (gradients;
-//                         forwards only where one block holds it)
-//   cuda:strided          the rest (axes longer than 16 blocks hold, forwards longer than a block
-//                         holds): two passes, a long axis over few columns split into chunks
+//                         a cluster of up to 16 blocks where one block cannot hold it
+//   cuda:strided          the rest (axes longer than 16 blocks hold): two passes, a long axis over
+//                         few columns split into chunks
 //
 // The kernels are in softmax_kernels.cuh (rows) and softmax_strided.cuh (a non-last axis), compiled
 // per storage type (softmax_<dtype>.cu).
@@ -112,10 +111,6 @@ const char* cuda_softmax_strided_held_declines(const SoftmaxDesc& d) {
   const cuda::StridedPlan plan = cuda::strided_plan(d);
   if (plan.blocks == 0) return "declines: the axis is longer than a cluster of 16 blocks holds";
   if (plan.blocks == 1) return nullptr;
-  // A forward held by a cluster exchanges statistics across it twice a tile (the max, then the sum
-  // of exponentials); the split two-pass kernel was measured faster for 17 of the suite's 18 such
-  // cases on an H100 (docs/performance.md); the held kernel is not built for them.
-  if (!cuda::is_grad(d.kind)) return "declines: forwards over a cluster of blocks run faster split (cuda:strided)";
   const std::string_view op = op_schema(d.op).name;
   cuda::DeviceInfo dev;
   if (!cuda::current_device(op, &dev)) return nullptr;

@@ -126,7 +126,7 @@ constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / un
 // and those waits, not the loads, bound the cluster kernels (on an H100, the gradients of
 // 2048x2048x8 bf16 went from 0.78 of copy on 2 blocks to 0.88-0.90 on one, of f32 512x32768x2 from
 // 0.77-0.80 on 16 to 0.85 on 8; the forwards, which exchange twice a tile, 1.2x faster on
-// 341x1000x96, 512x32768x2 and f32 2048x2048x8, 1.07x on 64x8192x64, up to 3% slower on 16-bit
+// 341x1000x96, 512x32768x2 and f32 2048x2048x8, 1.04-1.07x on 64x8192x64, up to 3% slower on 16-bit
 // 2048x2048x8).
 constexpr int kStridedHeldWideUnits = 8;
 // Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over

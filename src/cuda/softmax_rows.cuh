@@ -120,14 +120,17 @@ constexpr int kStridedHeldBytes = 64;  // per input and thread: 16 f32 registers
 // Units a thread holds per input: kStridedHeldBytes, at most 16 (32 single 16-bit elements took 175
 // to 185 registers, one block a multiprocessor).
 constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / unit_bytes < 16 ? kStridedHeldBytes / unit_bytes : 16; }
-// 16-byte units of f32, f16 or bf16 whose axis one block does not hold at strided_held_units are
+// 16-byte units whose axis one block does not hold at strided_held_units are
 // held twice as many a thread (128 bytes of each input, 2 blocks a multiprocessor instead of 3 or
 // 4): half the blocks a tile, or one instead of two. Each tile waits on its cluster's exchange,
 // and those waits, not the loads, bound the cluster kernels (on an H100, the gradients of
 // 2048x2048x8 bf16 went from 0.78 of copy on 2 blocks to 0.88-0.90 on one, of f32 512x32768x2 from
 // 0.77-0.80 on 16 to 0.85 on 8; the forwards, which exchange twice a tile, 1.2x faster on
 // 341x1000x96, 512x32768x2 and f32 2048x2048x8, 1.04-1.07x on 64x8192x64, up to 3% slower on 16-bit
-// 2048x2048x8).
+// 2048x2048x8). f64 too (the gradients 1.06-1.29x faster on the benchmark's held shapes, and
+// 512x32768x2 held on 16 blocks instead of read twice: SoftmaxGrad_13 1.14x, LogSoftmaxGrad_13 4%
+// slower; Softmax_13 1.03-1.44x), but for the f64 LogSoftmax_13, 16-31% slower where 4 units hold
+// the axis in a cluster already (not explained; its exp is once an element, Softmax_13's twice).
 constexpr int kStridedHeldWideUnits = 8;
 // Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over
 // a cluster is 128 bytes of a row wide (TX = 128 / unit), so 128 / element size groups.
@@ -181,7 +184,7 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   p.units = p.fold > 1 ? row / pe : d.inner / p.vec;
   const int64_t line = std::max(1, 128 / unit);
   const int tx_min = static_cast<int>(std::min(p.units, line));
-  if (es <= 4 && p.vec > 1 && ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
+  if ((es <= 4 || d.kind != SoftmaxKind::log_softmax) && p.vec > 1 && ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
     p.n = kStridedHeldWideUnits;
   const int64_t lanes = ceil_div(p.len, p.n);  // lanes along the axis one block would need
   if (lanes * tx_min <= kStridedHeldThreads) {

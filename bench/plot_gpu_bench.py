@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 
-DTYPES = {"float32": ("f32", "tab:blue"), "bfloat16": ("bf16", "tab:orange"), "float16": ("f16", "tab:green")}
+DTYPES = {"float32": ("f32", "tab:blue"), "bfloat16": ("bf16", "tab:orange"), "float16": ("f16", "tab:green"),
+          "float64": ("f64", "tab:red")}
 FAMILY_TITLES = {"elementwise": "elementwise gradients", "bias_gelu": "bias-GELU gradients (+dB: with the bias grad)",
                  "softmax": "softmax gradients", "forward": "forwards",
                  "softmax_axis": "softmax family on axis 1 of [outer, axis, inner]",

@@ -328,5 +328,35 @@ TEST_P(SimdTarget, VectorMathF64Ulps) {
   }
 }
 
+// f64 exp over its whole finite range, and its edges (overflow past 709.78, underflow through the
+// subnormals to 0 below -745.13, the infinities, NaN), each edge in every lane position.
+TEST_P(SimdTarget, VectorExpF64RangeAndEdges) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-745.5, 710.0);
+  std::vector<double> in(1 << 18);
+  for (double& v : in) v = u(rng);
+  const std::vector<double> base = {inf,    -inf,   std::nan(""), 1e300,  -1e300, 709.78, 709.79, 1100.0,
+                                    2000.0, -708.3, -708.4,       -720.0, -744.0, -745.1, -745.2, -1100.0,
+                                    -2e3,   0.0,    -0.0,         1e-300, 0.5,    -0.5};
+  for (int shift = 0; shift < 9; ++shift)
+    for (std::size_t i = 0; i < base.size(); ++i) in.push_back(base[(i + shift) % base.size()]);
+  std::vector<double> out(in.size());
+  cpu::eval_vector_math(cpu::VectorMath::exp, in.data(), out.data(), static_cast<int64_t>(in.size()));
+  double worst = 0, at = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const double x = in[i];
+    const long double ref = std::exp(static_cast<long double>(x));
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(out[i])) << "exp(NaN)";
+    } else if (std::fabs(ref) < DBL_MIN) {  // subnormal or 0: within one subnormal step
+      EXPECT_LE(std::fabs(out[i] - ref), std::numeric_limits<double>::denorm_min()) << "exp(" << x << ")";
+    } else if (const double e = ulps(out[i], ref); e > worst) {
+      worst = e, at = x;
+    }
+  }
+  EXPECT_LE(worst, bound(kMath[1], GetParam())) << "exp f64 worst at x = " << at;
+}
+
 }  // namespace
 }  // namespace gradops::check

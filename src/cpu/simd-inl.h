@@ -1,7 +1,7 @@
 // Per-target SIMD helpers shared by the CPU kernels: loads that widen every storage type to its
 // compute vector, stores that round once to the storage type (round to nearest even, NaN kept),
-// and vector transcendentals (Highway's inline exp for f32 lanes; SLEEF on x86 targets and the C library
-// lane by lane elsewhere for the rest).
+// and vector transcendentals (exp inline, in f32 lanes and, on AVX-512, f64; SLEEF on x86 targets
+// and the C library lane by lane elsewhere for the rest).
 //
 // Included by each kernel file inside its HWY_NAMESPACE, once per target (Highway's
 // foreach_target pattern), hence the toggling include guard.
@@ -267,16 +267,40 @@ GRADOPS_VMATH(VLog, log, u10, std::log)
 #undef GRADOPS_SLEEF_F
 #undef GRADOPS_SLEEF_D
 
-// exp. f32 lanes: inlined, because SLEEF's is a call into a shared library around which the
-// caller spills every live vector register (all are caller-saved), which made exp-heavy row
-// kernels compute-bound. On AVX-512: e^r (|r| <= ln2/2, two-part ln2 reduction, Highway's degree-7
-// polynomial, 1 ulp) scaled by 2^n with scalef, which also gives overflow, underflow and
-// subnormal results their IEEE values: about 16 instructions a vector against about 29 for
-// Highway's Exp, whose two-step scaling needs integer work and guards. Elsewhere Highway's Exp,
-// which is defined up to 104, where the result has long overflowed, and maps NaN to 0: clamp, and
-// keep NaN. f64 lanes: SLEEF, whose range is exact to the overflow.
+// exp, inlined: SLEEF's is a call into a shared library around which the caller spills every
+// live vector register (all are caller-saved), which made exp-heavy row kernels compute-bound. On
+// AVX-512: e^r (|r| <= ln2/2, two-part ln2 reduction, Highway's polynomial: degree 7 in f32, 12 in
+// f64, 1 ulp) scaled by 2^n with scalef, which also gives overflow, underflow and subnormal
+// results their IEEE values: about 16 instructions a vector in f32 against about 29 for Highway's
+// Exp, whose two-step scaling needs integer work and guards. Elsewhere, f32 lanes take Highway's
+// Exp, which is defined up to 104, where the result has long overflowed, and maps NaN to 0: clamp,
+// and keep NaN; f64 lanes SLEEF's, whose range is exact to the overflow.
 template <class D>
 HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(hn::TFromD<D>) == 8 && hn::MaxLanes(d) == 8) {
+    // As the f32 form below. Beyond +-1100 the result is inf or 0 either way (it overflows past
+    // 709.8 and is 0 below -745.2); the clamp keeps n and r finite.
+    const auto x = hn::Max(hn::Set(d, -1100.0), hn::Min(hn::Set(d, 1100.0), v));
+    const auto n = hn::Round(hn::Mul(x, hn::Set(d, 1.442695040888963407359924681)));
+    auto r = hn::MulAdd(n, hn::Set(d, -0.6931471805596629565116018), x);  // n ln2 in two parts
+    r = hn::MulAdd(n, hn::Set(d, -0.28235290563031577122588448175e-12), r);
+    // Highway's f64 coefficients (about 1/k! for k = 2 to 12), in Estrin's scheme as Highway's Exp.
+    const auto r2 = hn::Mul(r, r), r4 = hn::Mul(r2, r2), r8 = hn::Mul(r4, r4);
+    const auto c = [&](double k) { return hn::Set(d, k); };
+    const auto p01 = hn::MulAdd(c(+0.166666666666666851703837), r, c(+0.5));
+    const auto p23 = hn::MulAdd(c(+0.00833333333331652721664984), r, c(+0.0416666666666665047591422));
+    const auto p45 = hn::MulAdd(c(+0.000198412698960509205564975), r, c(+0.00138888888889774492207962));
+    const auto p67 = hn::MulAdd(c(+2.75572362911928827629423e-6), r, c(+2.4801587159235472998791e-5));
+    const auto p89 = hn::MulAdd(c(+2.51112930892876518610661e-8), r, c(+2.75573911234900471893338e-7));
+    const auto p03 = hn::MulAdd(p23, r2, p01);
+    const auto p47 = hn::MulAdd(p67, r2, p45);
+    const auto p8a = hn::MulAdd(c(+2.08860621107283687536341e-9), r2, p89);
+    const auto p = hn::MulAdd(r8, p8a, hn::MulAdd(r4, p47, p03));
+    const auto e = hn::Add(hn::MulAdd(p, r2, r), hn::Set(d, 1.0));
+    return hn::Vec<D>{_mm512_maskz_scalef_pd(static_cast<__mmask8>(0xFF), e.raw, n.raw)};
+  }
+#endif
   if constexpr (sizeof(hn::TFromD<D>) == 4) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if constexpr (hn::MaxLanes(d) == 16) {

@@ -1,6 +1,6 @@
 // Lab: softmax gradients on a middle axis too long for a cluster (8x32768x128 and its like), read
-// once from memory instead of twice (lab/cuda/NOTES.md, "Long axes read once: L2, shared memory,
-// producers and consumers"). Three forms, none kept (the notes have the numbers):
+// once from memory instead of twice (lab/cuda/NOTES-softmax-axis.md, "Long axes read once: L2,
+// shared memory, producers and consumers"). Three forms, none kept (the notes have the numbers):
 //
 // [outer, axis, inner] is cut into strips: one outer index, a column group `cw` bytes wide, the
 // whole axis. A strip is split along the axis over `b` blocks (a number set by the shape, so the

@@ -442,7 +442,7 @@ Status run_strided_as(std::string_view op, const SoftmaxDesc& d, const Context& 
 // of four 16-bit elements gained more than packs of eight, which left the 16-bit forwards of
 // 2048x2048x8 a quarter of the blocks and slower than single elements; 16-bit pairs made the
 // forwards of 512x32768x2 slower too (192 -> 240 us), f32 pairs faster (354 -> 284 us; all on an
-// H100, lab/cuda/NOTES.md).
+// H100, lab/cuda/NOTES-softmax-axis.md).
 template <SoftmaxKind K, class T>
 Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx, const DeviceInfo& dev) {
   constexpr int P = sizeof(T) == 2 ? 4 : kPackElems<T>;
@@ -489,7 +489,7 @@ Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan&
 // Forwards too are held by clusters: they exchange across one twice a tile (the max, then the sum
 // of exponentials), and since the exchanges go through mailboxes that costs less than reading the
 // tensor twice (on an H100, 1.2-1.9x faster than split on 341x1000x96, 512x32768x2 and
-// 2048x2048x8, 1.02-1.06x on 64x8192x64; lab/cuda/NOTES.md).
+// 2048x2048x8, 1.02-1.06x on 64x8192x64; lab/cuda/NOTES-softmax-axis.md).
 template <SoftmaxKind K, class T>
 Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                         const Context* ctx, bool* fits) {

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cpu/simd.hpp"
 #include "harness/checker.hpp"
@@ -279,28 +282,37 @@ TEST_P(SimdTarget, VectorMathF32Ulps) {
   }
 }
 
-// exp's edges in f32 lanes: overflow to inf, underflow through the subnormals to 0, infinities,
-// NaN; each in every lane position.
-TEST_P(SimdTarget, VectorExpF32Edges) {
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> base = {inf, -inf, std::nanf(""), 1e30f, -1e30f, 88.8f, 200.0f, -104.5f,
-                                   -100.0f, -95.0f, -88.0f, -87.3f, 0.0f, -0.0f, 1e-30f};
-  std::vector<float> in;
-  for (int shift = 0; shift < 17; ++shift)
+// exp of every x in `in`, with `base` appended in every lane rotation (each edge in every lane
+// position): NaN stays NaN, results below T's normal range are within one subnormal step, the rest
+// within the target's bound in ulps.
+template <class T>
+void expect_exp(std::vector<T> in, const std::vector<T>& base, const std::string& target) {
+  for (std::size_t shift = 0; shift <= 16; ++shift)
     for (std::size_t i = 0; i < base.size(); ++i) in.push_back(base[(i + shift) % base.size()]);
-  std::vector<float> out(in.size());
+  std::vector<T> out(in.size());
   cpu::eval_vector_math(cpu::VectorMath::exp, in.data(), out.data(), static_cast<int64_t>(in.size()));
+  double worst = 0;
+  T at = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    const float x = in[i];
+    const T x = in[i];
     const long double ref = std::exp(static_cast<long double>(x));
     if (std::isnan(x)) {
       EXPECT_TRUE(std::isnan(out[i])) << "exp(NaN)";
-    } else if (std::fabs(ref) < FLT_MIN) {  // subnormal or 0: within one subnormal step
-      EXPECT_LE(std::fabs(out[i] - ref), std::numeric_limits<float>::denorm_min()) << "exp(" << x << ")";
-    } else {
-      EXPECT_LE(ulps(out[i], ref), bound(kMath[1], GetParam())) << "exp(" << x << ") = " << out[i];
+    } else if (std::fabs(ref) < std::numeric_limits<T>::min()) {
+      EXPECT_LE(std::fabs(out[i] - ref), std::numeric_limits<T>::denorm_min()) << "exp(" << x << ")";
+    } else if (const double u = ulps(out[i], ref); u > worst) {
+      worst = u, at = x;
     }
   }
+  EXPECT_LE(worst, bound(kMath[1], target)) << "exp worst at x = " << at << " (" << sizeof(T) * 8 << "-bit)";
+}
+
+// exp's edges in f32 lanes: overflow to inf, underflow through the subnormals to 0, infinities, NaN.
+TEST_P(SimdTarget, VectorExpF32Edges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  expect_exp<float>({}, {inf, -inf, std::nanf(""), 1e30f, -1e30f, 88.8f, 200.0f, -104.5f, -100.0f, -95.0f, -88.0f,
+                         -87.3f, 0.0f, -0.0f, 1e-30f},
+                    GetParam());
 }
 
 TEST_P(SimdTarget, VectorMathF64Ulps) {
@@ -329,33 +341,17 @@ TEST_P(SimdTarget, VectorMathF64Ulps) {
 }
 
 // f64 exp over its whole finite range, and its edges (overflow past 709.78, underflow through the
-// subnormals to 0 below -745.13, the infinities, NaN), each edge in every lane position.
+// subnormals to 0 below -745.13, the infinities, NaN).
 TEST_P(SimdTarget, VectorExpF64RangeAndEdges) {
   const double inf = std::numeric_limits<double>::infinity();
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> u(-745.5, 710.0);
   std::vector<double> in(1 << 18);
   for (double& v : in) v = u(rng);
-  const std::vector<double> base = {inf,    -inf,   std::nan(""), 1e300,  -1e300, 709.78, 709.79, 1100.0,
-                                    2000.0, -708.3, -708.4,       -720.0, -744.0, -745.1, -745.2, -1100.0,
-                                    -2e3,   0.0,    -0.0,         1e-300, 0.5,    -0.5};
-  for (int shift = 0; shift < 9; ++shift)
-    for (std::size_t i = 0; i < base.size(); ++i) in.push_back(base[(i + shift) % base.size()]);
-  std::vector<double> out(in.size());
-  cpu::eval_vector_math(cpu::VectorMath::exp, in.data(), out.data(), static_cast<int64_t>(in.size()));
-  double worst = 0, at = 0;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const double x = in[i];
-    const long double ref = std::exp(static_cast<long double>(x));
-    if (std::isnan(x)) {
-      EXPECT_TRUE(std::isnan(out[i])) << "exp(NaN)";
-    } else if (std::fabs(ref) < DBL_MIN) {  // subnormal or 0: within one subnormal step
-      EXPECT_LE(std::fabs(out[i] - ref), std::numeric_limits<double>::denorm_min()) << "exp(" << x << ")";
-    } else if (const double e = ulps(out[i], ref); e > worst) {
-      worst = e, at = x;
-    }
-  }
-  EXPECT_LE(worst, bound(kMath[1], GetParam())) << "exp f64 worst at x = " << at;
+  expect_exp<double>(std::move(in),
+                     {inf, -inf, std::nan(""), 1e300, -1e300, 709.78, 709.79, 1100.0, 2000.0, -708.3, -708.4,
+                      -720.0, -744.0, -745.1, -745.2, -1100.0, -2e3, 0.0, -0.0, 1e-300, 0.5, -0.5},
+                     GetParam());
 }
 
 }  // namespace

@@ -120,9 +120,9 @@ constexpr int kStridedHeldBytes = 64;  // per input and thread: 16 f32 registers
 // Units a thread holds per input: kStridedHeldBytes, at most 16 (32 single 16-bit elements took 175
 // to 185 registers, one block a multiprocessor).
 constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / unit_bytes < 16 ? kStridedHeldBytes / unit_bytes : 16; }
-// 16-byte units whose axis one block does not hold at strided_held_units are
-// held twice as many a thread (128 bytes of each input, 2 blocks a multiprocessor instead of 3 or
-// 4): half the blocks a tile, or one instead of two. Each tile waits on its cluster's exchange,
+// 16-byte units whose axis one block does not hold at strided_held_units are held twice as many a
+// thread (128 bytes of each input, 2 blocks a multiprocessor instead of 3 or 4): half the blocks a
+// tile, or one instead of two. Each tile waits on its cluster's exchange,
 // and those waits, not the loads, bound the cluster kernels (on an H100, the gradients of
 // 2048x2048x8 bf16 went from 0.78 of copy on 2 blocks to 0.88-0.90 on one, of f32 512x32768x2 from
 // 0.77-0.80 on 16 to 0.85 on 8; the forwards, which exchange twice a tile, 1.2x faster on

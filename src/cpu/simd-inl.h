@@ -1,7 +1,7 @@
 // Per-target SIMD helpers shared by the CPU kernels: loads that widen every storage type to its
 // compute vector, stores that round once to the storage type (round to nearest even, NaN kept),
-// and vector transcendentals (exp inline, in f32 lanes and, on AVX-512, f64; SLEEF on x86 targets
-// and the C library lane by lane elsewhere for the rest).
+// and vector transcendentals (exp inline, in f32 lanes and, on AVX2 and AVX-512, f64; SLEEF on x86
+// targets and the C library lane by lane elsewhere for the rest).
 //
 // Included by each kernel file inside its HWY_NAMESPACE, once per target (Highway's
 // foreach_target pattern), hence the toggling include guard.
@@ -267,18 +267,20 @@ GRADOPS_VMATH(VLog, log, u10, std::log)
 #undef GRADOPS_SLEEF_F
 #undef GRADOPS_SLEEF_D
 
-// exp, inlined: SLEEF's is a call into a shared library around which the caller spills every
-// live vector register (all are caller-saved), which made exp-heavy row kernels compute-bound. On
-// AVX-512: e^r (|r| <= ln2/2, two-part ln2 reduction, Highway's polynomial: degree 7 in f32, 12 in
-// f64, 1 ulp) scaled by 2^n with scalef, which also gives overflow, underflow and subnormal
-// results their IEEE values: about 16 instructions a vector in f32 against about 29 for Highway's
-// Exp, whose two-step scaling needs integer work and guards. Elsewhere, f32 lanes take Highway's
-// Exp, which is defined up to 104, where the result has long overflowed, and maps NaN to 0: clamp,
-// and keep NaN; f64 lanes SLEEF's, whose range is exact to the overflow.
+// exp, inlined where it can be: SLEEF's is a call into a shared library around which the caller
+// spills every live vector register (all are caller-saved), which made exp-heavy row kernels
+// compute-bound. f64 lanes on AVX2 and AVX-512, f32 lanes on AVX-512: e^r (|r| <= ln2/2, two-part
+// ln2 reduction, Highway's polynomial of degree 7 in f32 and 12 in f64, 1 ulp) scaled by 2^n. On
+// AVX-512 with scalef, which also gives overflow, underflow and subnormal results their IEEE values
+// (about 16 instructions a vector in f32, against about 29 for Highway's Exp, whose two-step
+// scaling needs integer work and guards); f64 on AVX2 by two powers of two built from n's bits.
+// Other f32 lanes: Highway's Exp, which is defined up to 104, where the result has long
+// overflowed, and maps NaN to 0: clamp, and keep NaN. Other f64 lanes: SLEEF's (SSE4), or the C
+// library's.
 template <class D>
 HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (sizeof(hn::TFromD<D>) == 8 && hn::MaxLanes(d) == 8) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (sizeof(hn::TFromD<D>) == 8) {
     // As the f32 form below. Beyond +-1100 the result is inf or 0 either way (it overflows past
     // 709.8 and is 0 below -745.2); the clamp keeps n and r finite.
     const auto x = hn::Max(hn::Set(d, -1100.0), hn::Min(hn::Set(d, 1100.0), v));
@@ -298,7 +300,21 @@ HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
     const auto p8a = hn::MulAdd(c(+2.08860621107283687536341e-9), r2, p89);
     const auto p = hn::MulAdd(r8, p8a, hn::MulAdd(r4, p47, p03));
     const auto e = hn::Add(hn::MulAdd(p, r2, r), hn::Set(d, 1.0));
-    return hn::Vec<D>{_mm512_maskz_scalef_pd(static_cast<__mmask8>(0xFF), e.raw, n.raw)};
+#if HWY_TARGET <= HWY_AVX3
+    if constexpr (hn::MaxLanes(d) == 8)
+      return hn::Vec<D>{_mm512_maskz_scalef_pd(static_cast<__mmask8>(0xFF), e.raw, n.raw)};
+#endif
+    // 2^n as 2^h 2^(n - h), h = n / 2: both factors are normal for |n| <= 1587, so a result that
+    // overflows does so in the second product, and a subnormal one is rounded once, there. A NaN x
+    // makes e NaN, whatever n's bits give.
+    const hn::Rebind<int32_t, D> di32;
+    const hn::RebindToSigned<D> di64;
+    const auto q = hn::DemoteTo(di32, n);
+    const auto h = hn::ShiftRight<1>(q);
+    const auto pow2 = [&](auto k) {
+      return hn::BitCast(d, hn::ShiftLeft<52>(hn::PromoteTo(di64, hn::Add(k, hn::Set(di32, 1023)))));
+    };
+    return hn::Mul(hn::Mul(e, pow2(h)), pow2(hn::Sub(q, h)));
   }
 #endif
   if constexpr (sizeof(hn::TFromD<D>) == 4) {

@@ -132,6 +132,11 @@ constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / un
 // slower; Softmax_13 1.03-1.44x), but for the f64 LogSoftmax_13, 16-31% slower where 4 units hold
 // the axis in a cluster already (not explained; its exp is once an element, Softmax_13's twice).
 constexpr int kStridedHeldWideUnits = 8;
+// Whether kind K in elements of `elem_size` bytes may take the wide units: the plan's rule, and the
+// dispatch's, which builds the wide kernels only where it holds.
+constexpr bool strided_held_wide(SoftmaxKind k, std::size_t elem_size) {
+  return elem_size <= 4 || k != SoftmaxKind::log_softmax;
+}
 // Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over
 // a cluster is 128 bytes of a row wide (TX = 128 / unit), so 128 / element size groups.
 constexpr int kStridedHeldClusterGroups = 64;
@@ -184,7 +189,8 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   p.units = p.fold > 1 ? row / pe : d.inner / p.vec;
   const int64_t line = std::max(1, 128 / unit);
   const int tx_min = static_cast<int>(std::min(p.units, line));
-  if ((es <= 4 || d.kind != SoftmaxKind::log_softmax) && p.vec > 1 && ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
+  if (strided_held_wide(d.kind, static_cast<std::size_t>(es)) && p.vec > 1 &&
+      ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
     p.n = kStridedHeldWideUnits;
   const int64_t lanes = ceil_div(p.len, p.n);  // lanes along the axis one block would need
   if (lanes * tx_min <= kStridedHeldThreads) {

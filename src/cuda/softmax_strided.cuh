@@ -494,7 +494,7 @@ template <SoftmaxKind K, class T>
 Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                         const Context* ctx, bool* fits) {
   constexpr int V = kPackElems<T>;
-  if constexpr (sizeof(T) <= 4 || K != SoftmaxKind::log_softmax) {
+  if constexpr (strided_held_wide(K, sizeof(T))) {
     if (p.vec > 1 && p.n == kStridedHeldWideUnits)
       return p.blocks > 1 ? held_launch<K, T, V, true, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits)
                           : held_launch<K, T, V, false, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits);

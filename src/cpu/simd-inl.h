@@ -277,16 +277,40 @@ GRADOPS_VMATH(VLog, log, u10, std::log)
 // Other f32 lanes: Highway's Exp, which is defined up to 104, where the result has long
 // overflowed, and maps NaN to 0: clamp, and keep NaN. Other f64 lanes: SLEEF's (SSE4), or the C
 // library's.
+namespace simd_detail {
+// exp's range reduction: n = round(x / ln2) and r = x - n ln2, ln2 in two parts (hi + lo), x
+// clamped to +-limit first, beyond which the result is inf or 0 either way; the clamp keeps n and r
+// finite (+-inf would make inf - inf). The constant goes first: x86 min/max return their second
+// operand when either is NaN, so NaN passes through to r.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void ExpReduce(D d, hn::Vec<D> v, T limit, T ln2_hi, T ln2_lo, hn::Vec<D>& n, hn::Vec<D>& r) {
+  const auto x = hn::Max(hn::Set(d, -limit), hn::Min(hn::Set(d, limit), v));
+  n = hn::Round(hn::Mul(x, hn::Set(d, T(1.442695040888963407359924681))));
+  r = hn::MulAdd(n, hn::Set(d, -ln2_hi), x);
+  r = hn::MulAdd(n, hn::Set(d, -ln2_lo), r);
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// e 2^floor(n) on a full AVX-512 vector, with IEEE overflow, underflow and subnormals. The
+// zero-masking form: GCC 12's plain _mm512_scalef_* pass an undefined vector to the builtin and
+// warn about it wherever they are inlined.
+template <class V>
+HWY_INLINE V Scalef(V e, V n) {
+  if constexpr (sizeof(hn::TFromV<V>) == 4) {
+    return V{_mm512_maskz_scalef_ps(static_cast<__mmask16>(0xFFFF), e.raw, n.raw)};
+  } else {
+    return V{_mm512_maskz_scalef_pd(static_cast<__mmask8>(0xFF), e.raw, n.raw)};
+  }
+}
+#endif
+}  // namespace simd_detail
+
 template <class D>
 HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   if constexpr (sizeof(hn::TFromD<D>) == 8) {
-    // As the f32 form below. Beyond +-1100 the result is inf or 0 either way (it overflows past
-    // 709.8 and is 0 below -745.2); the clamp keeps n and r finite.
-    const auto x = hn::Max(hn::Set(d, -1100.0), hn::Min(hn::Set(d, 1100.0), v));
-    const auto n = hn::Round(hn::Mul(x, hn::Set(d, 1.442695040888963407359924681)));
-    auto r = hn::MulAdd(n, hn::Set(d, -0.6931471805596629565116018), x);  // n ln2 in two parts
-    r = hn::MulAdd(n, hn::Set(d, -0.28235290563031577122588448175e-12), r);
+    // The result overflows past 709.8 and is 0 below -745.2.
+    hn::Vec<D> n, r;
+    simd_detail::ExpReduce(d, v, 1100.0, 0.6931471805596629565116018, 0.28235290563031577122588448175e-12, n, r);
     // Highway's f64 coefficients (about 1/k! for k = 2 to 12), in Estrin's scheme as Highway's Exp.
     const auto r2 = hn::Mul(r, r), r4 = hn::Mul(r2, r2), r8 = hn::Mul(r4, r4);
     const auto c = [&](double k) { return hn::Set(d, k); };
@@ -301,8 +325,7 @@ HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
     const auto p = hn::MulAdd(r8, p8a, hn::MulAdd(r4, p47, p03));
     const auto e = hn::Add(hn::MulAdd(p, r2, r), hn::Set(d, 1.0));
 #if HWY_TARGET <= HWY_AVX3
-    if constexpr (hn::MaxLanes(d) == 8)
-      return hn::Vec<D>{_mm512_maskz_scalef_pd(static_cast<__mmask8>(0xFF), e.raw, n.raw)};
+    if constexpr (hn::MaxLanes(d) == 8) return simd_detail::Scalef(e, n);
 #endif
     // 2^n as 2^h 2^(n - h), h = n / 2: both factors are normal for |n| <= 1587, so a result that
     // overflows does so in the second product, and a subnormal one is rounded once, there. A NaN x
@@ -320,13 +343,8 @@ HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
   if constexpr (sizeof(hn::TFromD<D>) == 4) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if constexpr (hn::MaxLanes(d) == 16) {
-      // Clamp with the constant first: x86 min/max return their second operand when either is
-      // NaN, so NaN passes through. Beyond +-104 the result is inf or 0 either way; the clamp
-      // keeps +-inf from becoming inf - inf in the reduction.
-      const auto x = hn::Max(hn::Set(d, -104.0f), hn::Min(hn::Set(d, 104.0f), v));
-      const auto n = hn::Round(hn::Mul(x, hn::Set(d, 1.442695040888963407f)));
-      auto r = hn::MulAdd(n, hn::Set(d, -0.693145751953125f), x);  // n ln2 in two parts
-      r = hn::MulAdd(n, hn::Set(d, -1.428606765330187045e-6f), r);
+      hn::Vec<D> n, r;
+      simd_detail::ExpReduce(d, v, 104.0f, 0.693145751953125f, 1.428606765330187045e-6f, n, r);
       auto p = hn::Set(d, 0.000198527617612853646278381f);
       p = hn::MulAdd(p, r, hn::Set(d, 0.00139304355252534151077271f));
       p = hn::MulAdd(p, r, hn::Set(d, 0.00833336077630519866943359f));
@@ -334,9 +352,7 @@ HWY_INLINE hn::Vec<D> VExp(D d, hn::Vec<D> v) {
       p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
       p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
       const auto e = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));
-      // The zero-masking form: GCC 12's plain _mm512_scalef_ps passes an undefined vector to the
-      // builtin and warns about it wherever it is inlined.
-      return hn::Vec<D>{_mm512_maskz_scalef_ps(static_cast<__mmask16>(0xFFFF), e.raw, n.raw)};
+      return simd_detail::Scalef(e, n);
     }
 #endif
     const auto limit = hn::Set(d, 104.0f);

@@ -107,11 +107,12 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:strided_held", OpId::Softmax_13, DType::f32, {2, 2048, 32}, 1, {0}, {}},
       {"cuda:strided_held", OpId::LogSoftmax_13, DType::bf16, {2, 8192, 64}, 1, {0}, {}},
       // f64 at 8 packs a thread too: one block for a folded inner of 3, 16 blocks at inner 2 (read
-      // twice at 4 packs, as LogSoftmax_13 still is).
+      // twice at 4 packs), and past 16 x 256 x 8 = 32768 rows read twice.
       {"cuda:strided_held", OpId::LogSoftmaxGrad_13, DType::f64, {5, 1000, 3}, 1, {0}, {}},
       {"cuda:strided_held", OpId::SoftmaxGrad_13, DType::f64, {2, 32768, 2}, 1, {0}, {}},
       {"cuda:strided_held", OpId::Softmax_13, DType::f64, {2, 32768, 2}, 1, {0}, {}},
-      {"cuda:strided", OpId::LogSoftmax_13, DType::f64, {2, 32768, 2}, 1, {0}, {}},
+      {"cuda:strided_held", OpId::LogSoftmax_13, DType::f64, {2, 32768, 2}, 1, {0}, {}},
+      {"cuda:strided", OpId::LogSoftmax_13, DType::f64, {2, 32770, 2}, 1, {0}, {}},
       {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 16385, 32}, 1, {0}, {}},
       {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {2, 10000, 7}, 1, {1, 2, 0}, {}},
       // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:

@@ -127,16 +127,10 @@ constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / un
 // 2048x2048x8 bf16 went from 0.78 of copy on 2 blocks to 0.88-0.90 on one, of f32 512x32768x2 from
 // 0.77-0.80 on 16 to 0.85 on 8; the forwards, which exchange twice a tile, 1.2x faster on
 // 341x1000x96, 512x32768x2 and f32 2048x2048x8, 1.04-1.07x on 64x8192x64, up to 3% slower on 16-bit
-// 2048x2048x8). f64 too (the gradients 1.06-1.29x faster on the benchmark's held shapes, and
-// 512x32768x2 held on 16 blocks instead of read twice: SoftmaxGrad_13 1.14x, LogSoftmaxGrad_13 4%
-// slower; Softmax_13 1.03-1.44x), but for the f64 LogSoftmax_13, 16-31% slower where 4 units hold
-// the axis in a cluster already (not explained; its exp is once an element, Softmax_13's twice).
+// 2048x2048x8). f64 too: with its loads in flight together (load_pack in cuda/common.cuh), f64
+// LogSoftmax_13 at 8 units ran 1.08-1.93x faster than at 4 on the six shapes where that changes the
+// plan (at 8 units its loads had gone one at a time and it ran 16-31% slower than at 4).
 constexpr int kStridedHeldWideUnits = 8;
-// Whether kind K in elements of `elem_size` bytes may take the wide units: the plan's rule, and the
-// dispatch's, which builds the wide kernels only where it holds.
-constexpr bool strided_held_wide(SoftmaxKind k, std::size_t elem_size) {
-  return elem_size <= 4 || k != SoftmaxKind::log_softmax;
-}
 // Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over
 // a cluster is 128 bytes of a row wide (TX = 128 / unit), so 128 / element size groups.
 constexpr int kStridedHeldClusterGroups = 64;
@@ -189,8 +183,7 @@ inline StridedPlan strided_plan(const SoftmaxDesc& d) {
   p.units = p.fold > 1 ? row / pe : d.inner / p.vec;
   const int64_t line = std::max(1, 128 / unit);
   const int tx_min = static_cast<int>(std::min(p.units, line));
-  if (strided_held_wide(d.kind, static_cast<std::size_t>(es)) && p.vec > 1 &&
-      ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
+  if (p.vec > 1 && ceil_div(p.len, p.n) * tx_min > kStridedHeldThreads)
     p.n = kStridedHeldWideUnits;
   const int64_t lanes = ceil_div(p.len, p.n);  // lanes along the axis one block would need
   if (lanes * tx_min <= kStridedHeldThreads) {

@@ -496,11 +496,9 @@ template <SoftmaxKind K, class T>
 Status run_strided_held(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                         const Context* ctx, bool* fits) {
   constexpr int V = kPackElems<T>;
-  if constexpr (strided_held_wide(K, sizeof(T))) {
-    if (p.vec > 1 && p.n == kStridedHeldWideUnits)
-      return p.blocks > 1 ? held_launch<K, T, V, true, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits)
-                          : held_launch<K, T, V, false, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits);
-  }
+  if (p.vec > 1 && p.n == kStridedHeldWideUnits)
+    return p.blocks > 1 ? held_launch<K, T, V, true, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits)
+                        : held_launch<K, T, V, false, kStridedHeldWideUnits>(op, d, p, dev, ctx, fits);
   if (p.blocks > 1)
     return p.vec > 1 ? held_launch<K, T, V, true>(op, d, p, dev, ctx, fits)
                      : held_launch<K, T, 1, true>(op, d, p, dev, ctx, fits);

@@ -214,7 +214,7 @@ __device__ __forceinline__ compute_t<T> unpack(const Pack<T, N>& p, int j) {
 // f64 packs load as two doubles. Loaded as four 32-bit words, ptxas put each pack's halves in
 // register pairs apart from where the load landed and copied them there right after it, and a copy
 // waits for its data: a thread's loads went out one at a time, not together (on an H100 the f64
-// softmax kernels held on chip ran 1.3-1.55x slower for it; lab/cuda/sass_load_waits.py finds such
+// softmax kernels held on chip ran 1.26-1.56x slower for it; lab/cuda/sass_load_waits.py finds such
 // loads in a build).
 template <int kHint, class P>
 __device__ __forceinline__ P load_pack(const P* p) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One lab session on a GPU machine, from prebuilt binaries carried in .gpubin/ (new/: libgradops.so,
 # the CUDA tests' executables (activation_test, softmax_test, cuda_stream_test, cuda_rows_test), liblab.so; old/: the previous libgradops.so, optional; lib/: runtime fallbacks) and .deps/:
-# the CUDA tests, the lab's sweep, bench/gpu_bench.py on the new library, SASS statistics. Results go to $OUT (default out/lab).
+# the CUDA tests, the lab's sweep, bench/gpu_bench.py on the new library, SASS statistics (and the
+# kernels whose loads wait on each other: sass_load_waits.py). Results go to $OUT (default out/lab).
 #   lab/cuda/run_device.sh [tests] [lab] [bench] [sass] [ncu] [-- lab.py arguments]
 # ncu: hardware counters of the first NCU_COUNT (1) launches of the kernels matching NCU_KERNELS
 # (a regex, default two_pass_kernel) while lab.py runs with NCU_ARGS (default: SoftmaxGrad sections
@@ -53,8 +54,11 @@ for s in "${steps[@]}"; do
         [ -f ".gpubin/$f" ] || continue
         cuobjdump -sass ".gpubin/$f" 2>/dev/null | python3 lab/cuda/sass_stats.py 'flat_kernel|bias_kernel|warp_kernel|block_kernel' \
           >"$out/sass_${f%%/*}.tsv"
+        # Loads whose registers are copied as they land go out one at a time (NOTES-softmax-axis.md).
+        cuobjdump -sass ".gpubin/$f" 2>/dev/null | python3 lab/cuda/sass_load_waits.py >"$out/waits_${f%%/*}.tsv"
       done
-      echo "sass: $(wc -l <"$out/sass_new.tsv") kernels" ;;
+      echo "sass: $(wc -l <"$out/sass_new.tsv") kernels;" \
+        "$(awk -F'\t' 'NR > 1 && $3 > 0' "$out/waits_new.tsv" | wc -l) with loads copied as they land" ;;
   esac
 done
 exit $status

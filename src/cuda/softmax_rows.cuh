@@ -129,7 +129,7 @@ constexpr int strided_held_units(int unit_bytes) { return kStridedHeldBytes / un
 // 341x1000x96, 512x32768x2 and f32 2048x2048x8, 1.04-1.07x on 64x8192x64, up to 3% slower on 16-bit
 // 2048x2048x8). f64 too: with its loads in flight together (load_pack in cuda/common.cuh), f64
 // LogSoftmax_13 at 8 units ran 1.08-1.93x faster than at 4 on the six shapes where that changes the
-// plan (at 8 units its loads had gone one at a time and it ran 16-31% slower than at 4).
+// plan (before that fix it had run 16-31% slower at 8 units than at 4).
 constexpr int kStridedHeldWideUnits = 8;
 // Column groups of a tile whose statistics the cluster's blocks exchange, at most: a tile split over
 // a cluster is 128 bytes of a row wide (TX = 128 / unit), so 128 / element size groups.

@@ -211,49 +211,46 @@ __device__ __forceinline__ compute_t<T> unpack(const Pack<T, N>& p, int j) {
 // fill the whole 128-byte line (ld.global.L2::128B), for tiles that read half a line each while
 // the tile beside them reads the other half. Other sizes ignore it.
 //
-// f64 packs load as two doubles. Loaded as four 32-bit words, ptxas put each pack's halves in
-// register pairs apart from where the load landed and copied them there right after it, and a copy
-// waits for its data: a thread's loads went out one at a time, not together (on an H100 the f64
-// softmax kernels held on chip ran 1.26-1.56x slower for it; lab/cuda/sass_load_waits.py finds such
-// loads in a build).
+// A hinted pack of f64 loads as two doubles. Loaded as four 32-bit words, ptxas put each pack's
+// halves in register pairs apart from where the load landed and copied them there right after it,
+// and a copy waits for its data: a thread's loads went out one at a time, not together (on an H100
+// the f64 softmax kernels held on chip ran 1.26-1.56x slower for it; lab/cuda/sass_load_waits.py
+// finds such loads in a build). An ordinary access is the pack's own load, in every dtype.
 template <int kHint, class P>
 __device__ __forceinline__ P load_pack(const P* p) {
-  if constexpr (sizeof(P) == 16 && sizeof(p->v[0]) == 8) {
+  if constexpr (kHint == 0 || sizeof(P) != 16) {
+    return *p;
+  } else if constexpr (sizeof(p->v[0]) == 8) {
     double2 v;
     if constexpr (kHint == 1) {
       v = __ldcs(reinterpret_cast<const double2*>(p));
-    } else if constexpr (kHint == 2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750  // the PTX qualifier's floor
       asm volatile("ld.global.L2::128B.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p));
 #else
       v = *reinterpret_cast<const double2*>(p);
 #endif
-    } else {
-      v = *reinterpret_cast<const double2*>(p);
     }
     P r;
     r.v[0] = v.x;
     r.v[1] = v.y;
     return r;
-  } else if constexpr (kHint == 1 && sizeof(P) == 16) {
-    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-    P r;
-    *reinterpret_cast<uint4*>(&r) = v;
-    return r;
-  } else if constexpr (kHint == 2 && sizeof(P) == 16) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750  // the PTX qualifier's floor
-    uint4 v;
-    asm volatile("ld.global.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    P r;
-    *reinterpret_cast<uint4*>(&r) = v;
-    return r;
-#else
-    return *p;
-#endif
   } else {
-    return *p;
+    uint4 v;
+    if constexpr (kHint == 1) {
+      v = __ldcs(reinterpret_cast<const uint4*>(p));
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+      asm volatile("ld.global.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p));
+#else
+      v = *reinterpret_cast<const uint4*>(p);
+#endif
+    }
+    P r;
+    *reinterpret_cast<uint4*>(&r) = v;
+    return r;
   }
 }
 template <int kHint, class P>

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import statistics
+import struct
 import sys
 
 try:
@@ -95,7 +96,13 @@ def randn(shape, dtype, scale=1.0):
     return (torch.randn(shape, device="cuda", dtype=torch.float32) * scale).to(dtype)
 
 
-def quick_gelu_backward(dy, x, alpha=1.702):
+def f32(v):
+    """v rounded to float32. ORT's attributes are FLOATs: gradops computes with their f32 value in
+    every dtype, so PyTorch is given that value too (a difference only f64 shows)."""
+    return struct.unpack("f", struct.pack("f", v))[0]
+
+
+def quick_gelu_backward(dy, x, alpha=f32(1.702)):
     """The eager composite a PyTorch user writes for QuickGelu's gradient (no native op exists)."""
     s = torch.sigmoid(alpha * x)
     return dy * s * (1 + alpha * x * (1 - s))
@@ -159,8 +166,8 @@ def forward_case(op, shape, torch_fn, target, attrs=None, family="forward"):
 
 def layer_norm_case(op, shape, target):
     """LayerNorm family against PyTorch's native_layer_norm_backward / _fused_rms_norm_backward (the
-    autograd of F.rms_norm where that op is absent) and their forwards. Statistics are f32 [rows, 1]
-    for every dtype, as PyTorch keeps them; the invertible gradient (no PyTorch op) is held against
+    autograd of F.rms_norm where that op is absent) and their forwards. Statistics are [rows, 1], f32
+    for every dtype but f64 (f64 there), as PyTorch keeps them; the invertible gradient (no PyTorch op) is held against
     native_layer_norm_backward on the same problem."""
     rows, cols = shape
 
@@ -170,26 +177,28 @@ def layer_norm_case(op, shape, target):
         b = randn((cols,), dtype)
         es = x.element_size()
         eps = 1e-5
+        st = torch.float64 if dtype == torch.float64 else torch.float32  # the statistics' type
+        ss = 8 if dtype == torch.float64 else 4
         if op in ("LayerNormalization", "SimplifiedLayerNormalization"):
             y = torch.empty_like(x)
-            inv = torch.empty((rows, 1), device="cuda", dtype=torch.float32)
+            inv = torch.empty((rows, 1), device="cuda", dtype=st)
             if op == "LayerNormalization":
                 mean = torch.empty_like(inv)
                 peer = lambda: aten.native_layer_norm(x, [cols], w, b, eps)  # noqa: E731
                 return dict(ins=[x, w, b], outs=[y, mean, inv], attrs={"axis": -1, "epsilon": eps}, torch=peer,
-                            check=[(y, 0), (mean, 1), (inv, 2)], nbytes=(2 * rows * cols + 2 * cols) * es + 8 * rows,
+                            check=[(y, 0), (mean, 1), (inv, 2)], nbytes=(2 * rows * cols + 2 * cols) * es + 2 * ss * rows,
                             shape=list(shape))
             if hasattr(aten, "_fused_rms_norm"):
                 peer = lambda: aten._fused_rms_norm(x, [cols], w, eps)  # noqa: E731
             else:
                 peer = lambda: (torch.nn.functional.rms_norm(x, [cols], w, eps), None)  # noqa: E731
             return dict(ins=[x, w], outs=[y, inv], attrs={"axis": -1, "epsilon": eps}, torch=peer,
-                        check=[(y, 0)], nbytes=(2 * rows * cols + cols) * es + 4 * rows, shape=list(shape))
+                        check=[(y, 0)], nbytes=(2 * rows * cols + cols) * es + ss * rows, shape=list(shape))
         dy = randn(shape, dtype)
         dx = torch.empty_like(x)
         dw, db = torch.empty_like(w), torch.empty_like(b)
         if op == "SimplifiedLayerNormalizationGrad":
-            xf = x.float()
+            xf = x.to(st)
             rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
             if hasattr(aten, "_fused_rms_norm_backward"):
                 peer = lambda: aten._fused_rms_norm_backward(dy, x, [cols], rstd, w, [True, True])  # noqa: E731
@@ -198,18 +207,18 @@ def layer_norm_case(op, shape, target):
                 yg = torch.nn.functional.rms_norm(xg, [cols], wg, eps)
                 peer = lambda: torch.autograd.grad(yg, (xg, wg), dy, retain_graph=True)  # noqa: E731
             return dict(ins=[dy, x, w, rstd], outs=[dx, dw], attrs={"axis": -1}, torch=peer,
-                        check=[(dx, 0), (dw, 1)], nbytes=(3 * rows * cols + 2 * cols) * es + 4 * rows,
+                        check=[(dx, 0), (dw, 1)], nbytes=(3 * rows * cols + 2 * cols) * es + ss * rows,
                         shape=list(shape))
         _, mean, rstd = aten.native_layer_norm(x, [cols], w, b, eps)
         peer = lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True])  # noqa: E731
         if op == "LayerNormalizationGrad":
             return dict(ins=[dy, x, w, mean, rstd], outs=[dx, dw, db], attrs={"axis": -1}, torch=peer,
-                        check=[(dx, 0), (dw, 1), (db, 2)], nbytes=(3 * rows * cols + 3 * cols) * es + 8 * rows,
+                        check=[(dx, 0), (dw, 1), (db, 2)], nbytes=(3 * rows * cols + 3 * cols) * es + 2 * ss * rows,
                         shape=list(shape))
         # Invertible: from the forward output y = (x - mean) rstd w + b.
-        y = ((x.float() - mean) * rstd * w.float() + b.float()).to(dtype)
+        y = ((x.to(st) - mean) * rstd * w.to(st) + b.to(st)).to(dtype)
         return dict(ins=[dy, y, w, b, rstd], outs=[dx, dw, db], attrs={"axis": -1}, torch=peer,
-                    check=[(dx, 0), (dw, 1), (db, 2)], nbytes=(3 * rows * cols + 4 * cols) * es + 4 * rows,
+                    check=[(dx, 0), (dw, 1), (db, 2)], nbytes=(3 * rows * cols + 4 * cols) * es + ss * rows,
                     shape=list(shape))
 
     fwd = op in ("LayerNormalization", "SimplifiedLayerNormalization")
@@ -230,17 +239,18 @@ def batch_norm_case(op, chw, channels_last):
         shape = (n, h, w, c) if channels_last else (n, c, h, w)
         x = randn(shape, dtype, 2.0)
         xt = x.permute(0, 3, 1, 2) if channels_last else x  # NCHW-shaped, channels_last strides
-        # gradops' scale and bias in T1 of a signature it has ((bf16, bf16, f32), (f16, f16, f32));
-        # PyTorch's in f32, as mixed-precision training keeps them.
-        wdt = torch.float32 if dtype in (torch.float32, torch.float64) else dtype
+        # gradops' scale and bias in T1 of a signature it has ((bf16, bf16, f32), (f16, f16, f32),
+        # (f64, f64, f64)); PyTorch's in f32, as mixed-precision training keeps them, f64 for f64.
+        pdt = torch.float64 if dtype == torch.float64 else torch.float32
+        wdt = pdt if dtype in (torch.float32, torch.float64) else dtype
         scale = (1 + 0.25 * torch.randn(c, device="cuda")).to(wdt)
         bias = randn((c,), wdt)
         stat = torch.float64 if dtype == torch.float64 else torch.float32
         es = x.element_size()
         eps = 1e-5
         attrs = {"channels_last": 1 if channels_last else 0}
-        fw, fb = scale.float(), bias.float()
-        rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+        fw, fb = scale.to(pdt), bias.to(pdt)
+        rm, rv = torch.zeros(c, device="cuda", dtype=pdt), torch.ones(c, device="cuda", dtype=pdt)
         if not grad:
             y = torch.empty_like(x)
             rmean, rvar = torch.zeros(c, device="cuda", dtype=stat), torch.ones(c, device="cuda", dtype=stat)
@@ -285,7 +295,7 @@ def cases(axis_shapes=SOFTMAX_AXIS_SHAPES):
         elementwise_case("ReluGrad", "x", lambda dy, x: aten.threshold_backward(dy, x, 0), ew),
         elementwise_case("SigmoidGrad", "sigmoid", lambda dy, y: aten.sigmoid_backward(dy, y), ew),
         elementwise_case("TanhGrad", "tanh", lambda dy, y: aten.tanh_backward(dy, y), ew),
-        elementwise_case("LeakyReluGrad", "leaky", lambda dy, y: aten.leaky_relu_backward(dy, y, 0.01, True), ew),
+        elementwise_case("LeakyReluGrad", "leaky", lambda dy, y: aten.leaky_relu_backward(dy, y, f32(0.01), True), ew),
         elementwise_case("QuickGeluGrad", "x", quick_gelu_backward, (0.97, 2.0)),
     ]
     for shape in BIAS_SHAPES:

@@ -10,8 +10,8 @@
 //   cuda:cluster_per_row up to 16 blocks' worth: the row is held in registers by a cluster of 2 to
 //                       16 blocks that exchange their partial results through distributed shared
 //                       memory (Hopper).
-//   cuda:two_pass       longer rows, rows it was measured faster for (f64 forwards from 8 blocks a
-//                       row), or rows no cluster can hold here: the row is read twice, the second
+//   cuda:two_pass       longer rows, rows it was measured faster for (f64 rows past 16,384
+//                       elements, forwards past 4,096), or rows no cluster can hold here: the row is read twice, the second
 //                       time from L2. For the gradients a row is split over a cluster of up to 8
 //                       blocks where that keeps what the open rows re-read within a quarter of L2
 //                       (one block a row would leave the second read to DRAM on long rows).

@@ -166,9 +166,9 @@ def forward_case(op, shape, torch_fn, target, attrs=None, family="forward"):
 
 def layer_norm_case(op, shape, target):
     """LayerNorm family against PyTorch's native_layer_norm_backward / _fused_rms_norm_backward (the
-    autograd of F.rms_norm where that op is absent) and their forwards. Statistics are [rows, 1], f32
-    for every dtype but f64 (f64 there), as PyTorch keeps them; the invertible gradient (no PyTorch op) is held against
-    native_layer_norm_backward on the same problem."""
+    autograd of F.rms_norm where that op is absent) and their forwards. Statistics are [rows, 1],
+    f32 for every dtype but f64 (f64 there), as PyTorch keeps them; the invertible gradient (no
+    PyTorch op) is held against native_layer_norm_backward on the same problem."""
     rows, cols = shape
 
     def build(dtype):
@@ -241,16 +241,15 @@ def batch_norm_case(op, chw, channels_last):
         xt = x.permute(0, 3, 1, 2) if channels_last else x  # NCHW-shaped, channels_last strides
         # gradops' scale and bias in T1 of a signature it has ((bf16, bf16, f32), (f16, f16, f32),
         # (f64, f64, f64)); PyTorch's in f32, as mixed-precision training keeps them, f64 for f64.
-        pdt = torch.float64 if dtype == torch.float64 else torch.float32
-        wdt = pdt if dtype in (torch.float32, torch.float64) else dtype
+        stat = torch.float64 if dtype == torch.float64 else torch.float32
+        wdt = stat if dtype in (torch.float32, torch.float64) else dtype
         scale = (1 + 0.25 * torch.randn(c, device="cuda")).to(wdt)
         bias = randn((c,), wdt)
-        stat = torch.float64 if dtype == torch.float64 else torch.float32
         es = x.element_size()
         eps = 1e-5
         attrs = {"channels_last": 1 if channels_last else 0}
-        fw, fb = scale.to(pdt), bias.to(pdt)
-        rm, rv = torch.zeros(c, device="cuda", dtype=pdt), torch.ones(c, device="cuda", dtype=pdt)
+        fw, fb = scale.to(stat), bias.to(stat)
+        rm, rv = torch.zeros(c, device="cuda", dtype=stat), torch.ones(c, device="cuda", dtype=stat)
         if not grad:
             y = torch.empty_like(x)
             rmean, rvar = torch.zeros(c, device="cuda", dtype=stat), torch.ones(c, device="cuda", dtype=stat)

@@ -11,10 +11,11 @@
 //                       16 blocks that exchange their partial results through distributed shared
 //                       memory (Hopper).
 //   cuda:two_pass       longer rows, rows it was measured faster for (f64 rows past 16,384
-//                       elements, forwards past 4,096), or rows no cluster can hold here: the row is read twice, the second
-//                       time from L2. For the gradients a row is split over a cluster of up to 8
-//                       blocks where that keeps what the open rows re-read within a quarter of L2
-//                       (one block a row would leave the second read to DRAM on long rows).
+//                       elements, forwards past 4,096), or rows no cluster can hold here: the
+//                       row is read twice, the second time from L2. For the gradients a row is
+//                       split over a cluster of up to 8 blocks where that keeps what the open
+//                       rows re-read within a quarter of L2 (one block a row would leave the
+//                       second read to DRAM on long rows).
 // Non-last axis (inner > 1): softmax_strided.cuh.
 //
 // A row whose pointers all sit at the same offset from a 16-byte boundary moves in 16-byte packs,

@@ -178,7 +178,7 @@ def layer_norm_case(op, shape, target):
         es = x.element_size()
         eps = 1e-5
         st = torch.float64 if dtype == torch.float64 else torch.float32  # the statistics' type
-        ss = 8 if dtype == torch.float64 else 4
+        ss = torch.finfo(st).bits // 8
         if op in ("LayerNormalization", "SimplifiedLayerNormalization"):
             y = torch.empty_like(x)
             inv = torch.empty((rows, 1), device="cuda", dtype=st)

@@ -70,14 +70,6 @@ inline int64_t block_capacity(const SoftmaxDesc& d) {
 }
 inline int max_cluster(const SoftmaxDesc& d) { return congruent(d) ? kMaxCluster : 1; }
 
-// Blocks per row on the block path, by capacity (for two_passes_faster).
-inline int blocks_per_row(const SoftmaxDesc& d) {
-  const int64_t per_block = block_capacity(d);
-  int c = 1;
-  while (c < max_cluster(d) && int64_t{c} * per_block < d.axis_len) c *= 2;
-  return c;
-}
-
 // Threads of each of c blocks that hold a row together at n packs a thread (0: block_packs; the
 // lab tries others), the row's whole packs (or elements, where the tensors sit at different
 // offsets) shared evenly, the ragged ends one element a thread; 0 if c blocks of the largest size
@@ -101,13 +93,14 @@ inline int row_blocks(const SoftmaxDesc& d, int n = 0) {
 // barriers between loads) was measured faster for f64 rows past 4096 elements in the forwards (1.1
 // to 1.3 times, on an H100, at a pack a thread) and past 16384 in the gradients (at 2 packs, 32768
 // held on 16 blocks: LogSoftmaxGrad 0.61 of copy against 0.74 in two passes, SoftmaxGrad 0.61
-// against 0.62); the same rows as at a pack a thread, which 16 blocks could not hold longer than
-// 16384. Everything else stays on chip: the gradients (f32 0.80-0.90 of copy
-// against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an H100
-// and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one exception,
-// 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65 on an H100).
+// against 0.62). The limits are in elements, not blocks, so that they stay where they were
+// measured whatever a block holds. Everything else stays on chip: the gradients (f32 0.80-0.90 of
+// copy against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an
+// H100 and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one
+// exception, 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65
+// on an H100).
 inline bool two_passes_faster(const SoftmaxDesc& d) {
-  return d.dtype == DType::f64 && blocks_per_row(d) >= (is_grad(d.kind) ? 16 : 4);
+  return d.dtype == DType::f64 && d.axis_len > (is_grad(d.kind) ? 16384 : 4096);
 }
 
 // ---- a non-last axis (inner > 1) --------------------------------------------------------------

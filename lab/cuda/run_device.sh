@@ -52,11 +52,13 @@ for s in "${steps[@]}"; do
     sass)
       for f in new/libgradops.so old/libgradops.so; do
         [ -f ".gpubin/$f" ] || continue
-        cuobjdump -sass ".gpubin/$f" 2>/dev/null | python3 lab/cuda/sass_stats.py 'flat_kernel|bias_kernel|warp_kernel|block_kernel' \
+        cuobjdump -sass ".gpubin/$f" 2>/dev/null >"$out/sass.txt"  # disassembled once, read twice
+        python3 lab/cuda/sass_stats.py 'flat_kernel|bias_kernel|warp_kernel|block_kernel' <"$out/sass.txt" \
           >"$out/sass_${f%%/*}.tsv"
         # Loads whose registers are copied as they land go out one at a time (NOTES-softmax-axis.md).
-        cuobjdump -sass ".gpubin/$f" 2>/dev/null | python3 lab/cuda/sass_load_waits.py >"$out/waits_${f%%/*}.tsv"
+        python3 lab/cuda/sass_load_waits.py <"$out/sass.txt" >"$out/waits_${f%%/*}.tsv"
       done
+      rm -f "$out/sass.txt"
       echo "sass: $(wc -l <"$out/sass_new.tsv") kernels;" \
         "$(awk -F'\t' 'NR > 1 && $3 > 0' "$out/waits_new.tsv" | wc -l) with loads copied as they land" ;;
   esac

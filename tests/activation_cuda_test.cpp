@@ -107,6 +107,37 @@ TEST_F(Cuda, GeluFamilyTails) {
   }
 }
 
+// f64 GeluGrad and Gelu keep relative accuracy across the tails, from one exp and erfcx: out to
+// x = -37 (e = exp(-x^2/2) near 1e-298, still normal), where x^2's rounding alone would cost
+// hundreds of ulp without its exact split, and on the positive side, where Gelu's 1 - tail must
+// not lose the tail.
+TEST_F(Cuda, GeluF64Tails) {
+  const int n = 200001;
+  std::vector<double> x(n), dy(n, 1.0), out(n);
+  for (int i = 0; i < n; ++i) x[i] = -37.0 + 74.0 * i / (n - 1);  // [-37, 37]
+  DeviceBuffer out_d(n * 8), x_d(n * 8), dy_d(n * 8);
+  ASSERT_TRUE(out_d.base && x_d.base && dy_d.base);
+  ASSERT_EQ(cudaMemcpy(x_d.base, x.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dy_d.base, dy.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  const int64_t shape[] = {n};
+  const TensorView vx(x_d.base, DType::f64, shape, Device::cuda()), vdy(dy_d.base, DType::f64, shape, Device::cuda()),
+      vout(out_d.base, DType::f64, shape, Device::cuda());
+  ASSERT_TRUE(gelu_grad({vdy, vx, vout}).is_ok());
+  ASSERT_EQ(cudaMemcpy(out.data(), out_d.base, n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < n; ++i) {
+    const double ref = oracle::gelu_grad(x[i]);
+    // Relative away from GeluGrad's zero near x = -0.7518, absolute (to 1 in the derivative) near it.
+    const double tol = std::fabs(x[i] + 0.7518) > 0.25 ? 1e-13 * std::fabs(ref) : 1e-15;
+    ASSERT_LE(std::fabs(out[i] - ref), tol) << "f64 GeluGrad at " << x[i];
+  }
+  ASSERT_TRUE(gelu({vx, vout}).is_ok());
+  ASSERT_EQ(cudaMemcpy(out.data(), out_d.base, n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < n; ++i) {
+    const double ref = oracle::gelu(x[i]);
+    ASSERT_LE(std::fabs(out[i] - ref), 1e-13 * std::fabs(ref) + 1e-300) << "f64 Gelu at " << x[i];
+  }
+}
+
 // Row groups long enough for many row batches of the bias kernel (software pipelined for f32
 // GELU), with a ragged last batch and remainder rows, with and without dB.
 TEST_F(Cuda, BiasKernelManyRowBatches) {

@@ -25,11 +25,12 @@
 // partials of each column in a fixed order. The grid depends on the shape only, so dB has the
 // same bits on every run and every device; no atomics.
 //
-// Math in f32 for f16/bf16/f32 and f64 for f64, each output rounded once. f32 outputs: CUDA's
-// accurate library functions (exp, tanh; normcdf for f64; no fast-math) and a one-exp GELU whose
-// accuracy is derived below and checked by the tests. f16/bf16 outputs, whose half ulp (2^-12
-// relative at best) dwarfs an f32 ulp: the hardware's exp2 and reciprocal, and a short GELU
-// (Abramowitz and Stegun's rational form of the normal tail) with an absolute error of 3e-7.
+// Math in f32 for f16/bf16/f32 and f64 for f64, each output rounded once. f32 and f64 outputs:
+// CUDA's accurate library functions (exp, tanh; no fast-math) and a one-exp GELU (erfcx fitted in
+// f32, the library's in f64) whose accuracy is derived below and checked by the tests. f16/bf16
+// outputs, whose half ulp (2^-12 relative at best) dwarfs an f32 ulp: the hardware's exp2 and
+// reciprocal, and a short GELU (Abramowitz and Stegun's rational form of the normal tail) with an
+// absolute error of 3e-7.
 #pragma once
 
 #include <algorithm>
@@ -54,7 +55,6 @@ constexpr double kFastGeluGamma = 0.044715;
 
 // ---- math ---------------------------------------------------------------------------------------
 
-__device__ __forceinline__ double dnormcdf(double v) { return ::normcdf(v); }
 __device__ __forceinline__ float dtanh(float v) { return tanhf(v); }
 __device__ __forceinline__ double dtanh(double v) { return ::tanh(v); }
 
@@ -178,18 +178,28 @@ __device__ __forceinline__ float gelu(float x) {
   }
 }
 
-// f64: the library's normcdf and exp, with the same split of x^2.
+// f64: the same one-exp form with CUDA's erfcx (4 ulp) for erfcx(t): one exp an element where
+// normcdf + exp took two (normcdf's erfc evaluates its own), and x^2 split exactly likewise.
+__device__ __forceinline__ void gelu_parts(double x, double& e, double& h) {
+  h = 0.5 * ::erfcx(fabs(x) * kSqrtHalf);
+  const double x2 = x * x;
+  const double ex = ::exp(-0.5 * x2);
+  const double x2e = ::fma(x, x, -x2);
+  e = ex == 0.0 ? 0.0 : ::fma(ex, -0.5 * x2e, ex);  // 0 also where x^2 overflowed
+}
 template <bool>
 __device__ __forceinline__ double gelu_derivative(double x) {
-  const double p = x * x;
-  const double pe = ::fma(x, x, -p);
-  const double t = ::exp(-0.5 * p);
-  const double pdf = t == 0.0 ? 0.0 : ::fma(t, -0.5 * pe, t) * kInvSqrt2Pi;
-  return dnormcdf(x) + x * pdf;
+  double e, h;
+  gelu_parts(x, e, h);
+  const double w = fmin(fmax(x, -64.0), 64.0) * kInvSqrt2Pi;  // +-inf: the limits 0 and 1
+  return x < 0.0 ? e * (h + w) : ::fma(-e, h - w, 1.0);
 }
 template <bool>
 __device__ __forceinline__ double gelu(double x) {
-  return x * dnormcdf(x);
+  double e, h;
+  gelu_parts(x, e, h);
+  const double tail = e * h;  // Phi(-|x|)
+  return x < 0.0 ? x * tail : x * (1.0 - tail);
 }
 
 // FastGelu: y = z s, s = sigmoid(2u), u = sqrt(2/pi) (z + gamma z^3).

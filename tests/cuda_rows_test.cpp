@@ -122,9 +122,9 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:strided", OpId::SoftmaxGrad_13, DType::f32, {2, 16385, 32}, 1, {0}, {}},
       {"cuda:strided", OpId::LogSoftmax_13, DType::f16, {2, 10000, 7}, 1, {1, 2, 0}, {}},
       // LayerNorm, the gradients and the forwards (each direction its own kernels), by row length:
-      // rows held by lanes of a warp, by a block, by a cluster (the forwards hold 8 packs a thread
-      // where the gradients hold 4, so 16384 columns are a block's for them), else the general
-      // kernel (rows not of whole 16-byte packs, or too long for a cluster of the gradient's).
+      // rows held by lanes of a warp, by a block, by a cluster of up to 16 (the forwards hold 8
+      // packs a thread where the gradients hold 4, so 16384 columns are a block's for them), else
+      // the general kernel (rows not of whole 16-byte packs, or too long for a cluster).
       {"cuda:rows_per_warp", OpId::LayerNormalizationGrad, DType::f32, {64, 128}, 1, {0}, {}},
       {"cuda:rows_per_warp", OpId::LayerNormalization, DType::f32, {64, 128}, 1, {0}, {}},
       {"cuda:block_per_row", OpId::SimplifiedLayerNormalizationGrad, DType::f32, {64, 768}, 1, {0}, {}},
@@ -133,10 +133,15 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:cluster_per_row", OpId::InvertibleLayerNormalizationGrad, DType::f32, {4, 16384}, 1, {0}, {}},
       {"cuda:cluster_per_row", OpId::LayerNormalizationGrad, DType::f32, {2, 65536}, 1, {0}, {}},
       {"cuda:cluster_per_row", OpId::LayerNormalization, DType::f32, {1, 131072}, 1, {0}, {}},
-      {"cuda:general", OpId::LayerNormalizationGrad, DType::f32, {1, 131072}, 1, {0}, {}},
+      // Clusters of 16 (non-portable): 131,072 f32 gradients, 65,536 f64, 262,144 f32 forwards.
+      {"cuda:cluster_per_row", OpId::LayerNormalizationGrad, DType::f32, {1, 131072}, 1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::InvertibleLayerNormalizationGrad, DType::f64, {2, 65536}, 1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::SimplifiedLayerNormalization, DType::f32, {1, 262144}, 1, {0}, {}},
+      {"cuda:general", OpId::LayerNormalizationGrad, DType::f32, {1, 262144}, 1, {0}, {}},
+      {"cuda:general", OpId::SimplifiedLayerNormalizationGrad, DType::f64, {2, 65538}, 1, {0}, {}},
       {"cuda:general", OpId::SimplifiedLayerNormalizationGrad, DType::f32, {64, 541}, 1, {0}, {}},
       {"cuda:general", OpId::LayerNormalization, DType::f32, {64, 768}, 1, {1, 2, 0}, {}},
-      {"cuda:general", OpId::SimplifiedLayerNormalization, DType::f32, {1, 262144}, 1, {0}, {}},
+      {"cuda:general", OpId::SimplifiedLayerNormalization, DType::f32, {1, 524288}, 1, {0}, {}},
   };
   std::set<std::string> covered;
   for (const RowCase& c : cases) {

@@ -118,8 +118,11 @@ TEST_F(LayerNormCuda, PathPerRowLength) {
       {{4, 16384}, DType::f32, false, "cuda:cluster_per_row", "cuda:block_per_row"},
       {{2, 65536}, DType::f32, false, "cuda:cluster_per_row", "cuda:cluster_per_row"},
       {{2, 65536}, DType::bf16, false, "cuda:cluster_per_row", "cuda:cluster_per_row"},
-      {{1, 131072}, DType::f32, false, "cuda:general", "cuda:cluster_per_row"},
-      {{1, 262144}, DType::f32, false, "cuda:general", "cuda:general"},
+      {{1, 131072}, DType::f32, false, "cuda:cluster_per_row", "cuda:cluster_per_row"},
+      {{2, 65536}, DType::f64, false, "cuda:cluster_per_row", "cuda:cluster_per_row"},
+      {{1, 262144}, DType::f32, false, "cuda:general", "cuda:cluster_per_row"},
+      {{1, 131072}, DType::f64, false, "cuda:general", "cuda:cluster_per_row"},
+      {{1, 524288}, DType::f32, false, "cuda:general", "cuda:general"},
       {{64, 541}, DType::f32, false, "cuda:general", "cuda:general"},
       {{64, 768}, DType::f32, true, "cuda:general", "cuda:general"},
   };

@@ -125,7 +125,7 @@ __device__ __forceinline__ A grad_out(A g, A xh, A m1, A m2, A r) {
 
 // ---- reductions over a row's lanes ----------------------------------------------------------------
 
-inline constexpr int kLnMaxCluster = 8;  // the most blocks that share a row
+inline constexpr int kLnMaxCluster = 16;  // the most blocks that share a row (more than 8: non-portable)
 
 template <class V>
 struct LnSmem {

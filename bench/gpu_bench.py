@@ -78,7 +78,8 @@ SOFTMAX_AXIS_SHAPES = [(512, 16, 4096), (64, 128, 4096), (341, 1000, 96), (2048,
 SMALL_BYTES = 64 << 20
 
 LAYER_NORM_SHAPES = [((32768, 768), 0.85), ((16384, 1024), 0.90), ((8192, 1600), 0.90), ((8192, 4096), 0.90),
-                     ((4096, 8192), 0.90), ((2048, 16384), 0.90), ((1024, 65536), 0.85), ((229, 541), 0.0),
+                     ((4096, 8192), 0.90), ((2048, 16384), 0.90), ((1024, 65536), 0.85), ((512, 131072), 0.85),
+                     ((229, 541), 0.0),
                      ((648720, 128), 0.85)]
 
 # BatchNorm: ResNet-50's layer shapes (C, H, W) at N = 32.
@@ -602,7 +603,8 @@ def main():
     for case in cases(axis_shapes):
         if case["family"] not in families or (args.ops and case["op"] not in ops and case.get("name") not in ops):
             continue
-        if args.shapes and "x".join(map(str, case.get("shape", ()))) not in args.shapes.split(","):
+        if (args.shapes and case["family"] in ("bias_gelu", "softmax", "forward", "layer_norm")
+                and "x".join(map(str, case["shape"])) not in args.shapes.split(",")):
             continue
         for name in dtypes:
             row = run_case(case, DTYPES[name], gradops, timer, copy_gbs, same_size)

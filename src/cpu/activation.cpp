@@ -2,9 +2,10 @@
 // target (Highway), chosen at run time.
 //
 // Accuracy: every output is rounded once. Functions with transcendentals run in f32 lanes for
-// f16/bf16 storage and in f64 lanes for f32 and f64 storage, except GeluGrad and BiasGeluGrad_dX,
-// which run in f32 lanes for f32 storage too (GeluDerivativeF32: a relative error of a few 1e-7,
-// the zero near x = -0.75 included, at half the cost of f64 lanes). Forms without cancellation
+// f16/bf16 storage and in f64 lanes for f32 and f64 storage, except the GELUs (GeluGrad,
+// BiasGeluGrad_dX, Gelu, BiasGelu), which run in f32 lanes for f32 storage too (GeluDerivativeF32,
+// GeluF32: one exp and a fitted erfcx, a relative error of a few 1e-7, GeluGrad's zero near
+// x = -0.75 included, at a fraction of the cost of f64 lanes and erfc). Forms without cancellation
 // throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u), 1 - y^2 = (1 - y)(1 + y),
 // 1 - sigmoid(v) = sigmoid(-v).
 #undef HWY_TARGET_INCLUDE
@@ -91,12 +92,12 @@ template <class D> void ExactSquare(D d, V<D> a, V<D>& sq, V<D>& sq_lo) {
 #endif
 }
 
-template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
+// The tail both f32-lane GELU forms share, at a = |hi| clamped at 64: e = exp(-a^2/2) (a^2 split
+// exactly, sq its rounded part) and h = erfcx(a/sqrt2)/2, so that Phi(-a) = e h.
+template <class D> void GeluTailF32(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& sq) {
   static_assert(std::is_same_v<hn::TFromD<D>, float>);
   const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), k = hn::Set(d, 3.0f);
-  const auto a = hn::Min(hn::Abs(hi), hn::Set(d, 64.0f));
-  const auto neg = hn::Lt(hi, hn::Zero(d));
-  const auto x = hn::CopySignToAbs(a, hi);
+  a = hn::Min(hn::Abs(hi), hn::Set(d, 64.0f));
   // h = erfcx(t) / 2 with one division: 1 / ((t + K)(1 + 2t)) gives both u and 1 / (1 + 2t).
   const auto t = hn::Mul(a, hn::Set(d, static_cast<float>(kSqrtHalf)));
   const auto q = hn::Add(t, k), den = hn::MulAdd(hn::Set(d, 2.0f), t, one);
@@ -105,14 +106,24 @@ template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
   const auto inv_den = hn::Mul(q, r);
   auto p = hn::Set(d, kErfcxPoly[11]);
   for (int i = 10; i >= 0; --i) p = hn::MulAdd(p, u, hn::Set(d, kErfcxPoly[i]));
-  const auto h = hn::Mul(half, hn::MulAdd(p, inv_den, inv_den));
-  // e = exp(-a^2/2) with a^2 = sq + sq_lo exactly.
-  V<D> sq, sq_lo;
+  h = hn::Mul(half, hn::MulAdd(p, inv_den, inv_den));
+  V<D> sq_lo;
   ExactSquare(d, a, sq, sq_lo);
   const auto ex = VExp(d, hn::Mul(hn::Neg(half), sq));
-  const auto e = hn::NegMulAdd(hn::Mul(half, sq_lo), ex, ex);
-  const auto w = hn::Mul(x, hn::Set(d, static_cast<float>(kInvSqrt2Pi)));
-  const auto main = hn::IfThenElse(neg, hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), one));
+  e = hn::NegMulAdd(hn::Mul(half, sq_lo), ex, ex);
+}
+
+// GELU'(hi) from its tail: e (h + x/sqrt(2 pi)) below 0, 1 - e (h - x/sqrt(2 pi)) from 0 up.
+template <class D> V<D> GeluDerivativeMain(D d, V<D> hi, V<D> a, V<D> e, V<D> h) {
+  const auto w = hn::Mul(hn::CopySignToAbs(a, hi), hn::Set(d, static_cast<float>(kInvSqrt2Pi)));
+  return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), hn::Set(d, 1.0f)));
+}
+
+template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
+  V<D> a, e, h, sq;
+  GeluTailF32(d, hi, a, e, h, sq);
+  const auto x = hn::CopySignToAbs(a, hi);
+  const auto main = GeluDerivativeMain(d, hi, a, e, h);
   const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<float>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, 2.0f), sq));
   const auto general = hn::MulAdd(second, lo, main);
   const auto tz = hn::Add(hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
@@ -122,10 +133,32 @@ template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
   return hn::IfThenElse(hn::IsNaN(hi), hi, result);
 }
 
+// GELU(z) in f32 lanes for z = hi + lo exactly: z Phi(z) is hi (e h) below 0 and hi (1 - e h) from
+// 0 up (1 - e h lies in [1/2, 1]: no cancellation), plus the first-order correction GELU'(hi) lo
+// for a bias add's rounding, which the tail's conditioning (about z^2) would otherwise magnify to
+// 1e-5 relative by z = -13. The tail's relative error of a few 1e-7 carries over; -inf gives NaN
+// (-inf times a tail of 0), as z Phi(z) does in f64 and in the oracle.
+template <class D> V<D> GeluF32(D d, V<D> hi, V<D> lo) {
+  V<D> a, e, h, sq;
+  GeluTailF32(d, hi, a, e, h, sq);
+  const auto tail = hn::Mul(e, h);  // Phi(-|hi|)
+  const auto main = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, 1.0f), tail)));
+  // Where lo is 0, main itself: adding a zero product would turn GELU(-0) = -0 into +0.
+  const auto corrected = hn::MulAdd(GeluDerivativeMain(d, hi, a, e, h), lo, main);
+  const auto result = hn::IfThenElse(hn::Eq(lo, hn::Zero(d)), main, corrected);
+  return hn::IfThenElse(hn::IsNaN(hi), hi, result);
+}
+
 // GELU'(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
 template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
   if constexpr (std::is_same_v<hn::TFromD<D>, float>) return GeluDerivativeF32(d, hi, lo);
   else return GeluDerivative(d, hn::Add(hi, lo));
+}
+
+// GELU(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
+template <class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) return GeluF32(d, hi, lo);
+  else return Gelu(d, hn::Add(hi, lo));
 }
 
 // x + b as hi + lo exactly (Knuth's TwoSum); lo is 0 where hi is not finite (inf - inf).
@@ -330,7 +363,13 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         return hn::IfThenElse(hn::Gt(y, hn::Zero(t)), g, hn::Mul(hn::Set(t, alpha), g));
       });
     case K::gelu:
-      return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return Gelu(t, x); });
+      if (d.bias)
+        return BiasOp<T, false>(d, ctx, [](auto t, auto, auto x, auto b) {
+          V<decltype(t)> hi, lo;
+          TwoSum<decltype(t)>(x, b, hi, lo);
+          return GeluSplit(t, hi, lo);
+        });
+      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) { return GeluSplit(t, x, hn::Zero(t)); });
     case K::fast_gelu:
       return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
     case K::quick_gelu:

@@ -3,11 +3,11 @@
 //
 // Accuracy: every output is rounded once. Functions with transcendentals run in f32 lanes for
 // f16/bf16 storage and in f64 lanes for f32 and f64 storage, except the GELUs (GeluGrad,
-// BiasGeluGrad_dX, Gelu, BiasGelu), which run in f32 lanes for f32 storage too (GeluDerivativeF32,
-// GeluF32: one exp and a fitted erfcx, a relative error of a few 1e-7, GeluGrad's zero near
-// x = -0.75 included, at a fraction of the cost of f64 lanes and erfc). Forms without cancellation
-// throughout: Phi(x) = erfc(-x/sqrt2)/2, 0.5(1 + tanh u) = sigmoid(2u), 1 - y^2 = (1 - y)(1 + y),
-// 1 - sigmoid(v) = sigmoid(-v).
+// BiasGeluGrad_dX, Gelu, BiasGelu), which run in f32 lanes for f32 storage too and take Phi from one
+// exp and a fitted erfcx in either lane type (GeluDerivativeSplit, GeluSplit: in f32 lanes a
+// relative error of a few 1e-7, GeluGrad's zero near x = -0.75 included; in f64 lanes a few ulp),
+// at a fraction of the cost of erfc. Forms without cancellation throughout: Phi(-|x|) = e h,
+// 0.5(1 + tanh u) = sigmoid(2u), 1 - y^2 = (1 - y)(1 + y), 1 - sigmoid(v) = sigmoid(-v).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/activation.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -43,17 +43,8 @@ using LaneTag = std::conditional_t<kWide && std::is_same_v<T, float>, hn::Scalab
 
 template <class D> using V = hn::Vec<D>;
 
-template <class D> V<D> NormCdf(D d, V<D> x) {
-  return hn::Mul(hn::Set(d, 0.5), VErfc(d, hn::Mul(x, hn::Set(d, -kSqrtHalf))));
-}
-template <class D> V<D> GeluDerivative(D d, V<D> x) {
-  const auto pdf = hn::Mul(hn::Set(d, kInvSqrt2Pi), VExp(d, hn::Mul(hn::Set(d, -0.5), hn::Mul(x, x))));
-  return hn::MulAdd(x, pdf, NormCdf(d, x));
-}
-template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
-
-// GELU'(z) in f32 lanes for z = hi + lo exactly (lo: the rounding error of a bias add, else 0),
-// from one exp and no erfc: with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h,
+// GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), from one exp
+// and no erfc (the figures below are for f32 lanes; f64 lanes take a degree-24 P and no Taylor band): with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h,
 // so that, with no cancellation in either tail,
 //   GELU'(hi) = e (h + hi/sqrt(2 pi))          for hi < 0,
 //   GELU'(hi) = 1 - e (h - hi/sqrt(2 pi))      for hi >= 0.
@@ -72,19 +63,38 @@ template <class D> V<D> Gelu(D d, V<D> x) { return hn::Mul(x, NormCdf(d, x)); }
 constexpr float kErfcxPoly[12] = {2.530080676e-01f,  -1.356210709e-01f, -4.756214842e-02f, 1.296440512e-01f,
                                   -1.192753389e-01f, 6.831692904e-02f,  -2.376340702e-02f, 2.498203656e-03f,
                                   1.874892274e-03f,  -7.254716475e-04f, -9.247317212e-05f, 7.693195948e-05f};
+// f64 lanes: the same form at degree 24 (a Chebyshev interpolant of (1 + 2t) erfcx(t) - 1 in u,
+// computed in long double; relative error of h below 4.2e-16 over t in [0, 3e4] in f64).
+constexpr double kErfcxPoly64[25] = {
+    0.25300805826972966, -0.13562110612458117, -0.047562294353449115,
+    0.12964515870275933, -0.11927366341539046, 0.068308027344011576,
+    -0.023770514917095115, 0.0025293918156765365, 0.0018886903442736896,
+    -0.00077983226956865792, -0.00010515971555031257, 0.0001250993422612827,
+    4.9491825279739217e-06, -2.0100542176928388e-05, -7.3079576641879061e-07,
+    3.4723715129961755e-06, 3.5571151277460478e-07, -6.1660255812725221e-07,
+    -1.4042697647185382e-07, 1.0183770731233589e-07, 4.1032493882497272e-08,
+    -1.331370812981264e-08, -8.2060910435582938e-09, 9.8642026186146483e-10,
+    8.3753726232149715e-10};
 constexpr float kGeluZeroHi = -0.75179154f, kGeluZeroLo = 1.211445e-08f;
 constexpr float kGeluZeroBand = 0.25f;
 constexpr float kGeluZeroTaylor[7] = {0.43149399231404695f,  0.3882849829905521f,  -0.018199676398671084f,
                                       -0.1140082332972217f,  -0.014771522148244336f, 0.019421679838189067f,
                                       0.004539228379125416f};
-// a^2 = sq + sq_lo exactly (f32 lanes): one FMA where the target has it, else Dekker's product of
-// a split into its upper and lower 12 significand bits (SSE4 and the portable target).
+// a^2 = sq + sq_lo exactly: one FMA where the target has it, else Dekker's product of a split in
+// two halves of its significand (SSE4 and the portable target).
 template <class D> void ExactSquare(D d, V<D> a, V<D>& sq, V<D>& sq_lo) {
   sq = hn::Mul(a, a);
 #if HWY_NATIVE_FMA
   (void)d;
   sq_lo = hn::MulSub(a, a, sq);
 #else
+  if constexpr (std::is_same_v<hn::TFromD<D>, double>) {  // Veltkamp's split into 26 + 27 bits
+    const auto c = hn::Mul(a, hn::Set(d, 134217729.0));
+    const auto ah = hn::Sub(c, hn::Sub(c, a));
+    const auto al = hn::Sub(a, ah);
+    sq_lo = hn::Add(hn::Add(hn::Sub(hn::Mul(ah, ah), sq), hn::Mul(hn::Add(ah, ah), al)), hn::Mul(al, al));
+    return;
+  }
   const hn::RebindToUnsigned<D> du;
   const auto ah = hn::BitCast(d, hn::And(hn::BitCast(du, a), hn::Set(du, 0xFFFFF000u)));
   const auto al = hn::Sub(a, ah);
@@ -92,20 +102,23 @@ template <class D> void ExactSquare(D d, V<D> a, V<D>& sq, V<D>& sq_lo) {
 #endif
 }
 
-// The tail both f32-lane GELU forms share, at a = |hi| clamped at 64: e = exp(-a^2/2) (a^2 split
-// exactly, sq its rounded part) and h = erfcx(a/sqrt2)/2, so that Phi(-a) = e h.
-template <class D> void GeluTailF32(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& sq) {
-  static_assert(std::is_same_v<hn::TFromD<D>, float>);
-  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), k = hn::Set(d, 3.0f);
-  a = hn::Min(hn::Abs(hi), hn::Set(d, 64.0f));
+// The tail both GELU forms share, at a = |hi| clamped at 64 (e is 0 long before): e = exp(-a^2/2)
+// (a^2 split exactly, sq its rounded part) and h = erfcx(a/sqrt2)/2, so that Phi(-a) = e h.
+template <class D> void GeluTail(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& sq) {
+  using L = hn::TFromD<D>;
+  const auto half = hn::Set(d, L(0.5)), one = hn::Set(d, L(1)), k = hn::Set(d, L(3));
+  a = hn::Min(hn::Abs(hi), hn::Set(d, L(64)));
   // h = erfcx(t) / 2 with one division: 1 / ((t + K)(1 + 2t)) gives both u and 1 / (1 + 2t).
-  const auto t = hn::Mul(a, hn::Set(d, static_cast<float>(kSqrtHalf)));
-  const auto q = hn::Add(t, k), den = hn::MulAdd(hn::Set(d, 2.0f), t, one);
+  const auto t = hn::Mul(a, hn::Set(d, static_cast<L>(kSqrtHalf)));
+  const auto q = hn::Add(t, k), den = hn::MulAdd(hn::Set(d, L(2)), t, one);
   const auto r = hn::Div(one, hn::Mul(q, den));
   const auto u = hn::Mul(hn::Mul(hn::Sub(t, k), den), r);
   const auto inv_den = hn::Mul(q, r);
-  auto p = hn::Set(d, kErfcxPoly[11]);
-  for (int i = 10; i >= 0; --i) p = hn::MulAdd(p, u, hn::Set(d, kErfcxPoly[i]));
+  constexpr bool kF32 = std::is_same_v<L, float>;
+  constexpr int kDegree = kF32 ? 11 : 24;
+  auto coef = [](int i) { if constexpr (kF32) return kErfcxPoly[i]; else return kErfcxPoly64[i]; };
+  auto p = hn::Set(d, coef(kDegree));
+  for (int i = kDegree - 1; i >= 0; --i) p = hn::MulAdd(p, u, hn::Set(d, coef(i)));
   h = hn::Mul(half, hn::MulAdd(p, inv_den, inv_den));
   V<D> sq_lo;
   ExactSquare(d, a, sq, sq_lo);
@@ -115,50 +128,46 @@ template <class D> void GeluTailF32(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D
 
 // GELU'(hi) from its tail: e (h + x/sqrt(2 pi)) below 0, 1 - e (h - x/sqrt(2 pi)) from 0 up.
 template <class D> V<D> GeluDerivativeMain(D d, V<D> hi, V<D> a, V<D> e, V<D> h) {
-  const auto w = hn::Mul(hn::CopySignToAbs(a, hi), hn::Set(d, static_cast<float>(kInvSqrt2Pi)));
-  return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), hn::Set(d, 1.0f)));
+  using L = hn::TFromD<D>;
+  const auto w = hn::Mul(hn::CopySignToAbs(a, hi), hn::Set(d, static_cast<L>(kInvSqrt2Pi)));
+  return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), hn::Set(d, L(1))));
 }
 
-template <class D> V<D> GeluDerivativeF32(D d, V<D> hi, V<D> lo) {
+// GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), on either lane
+// type; in f32 lanes, within kGeluZeroBand of the zero near -0.75 the Taylor polynomial.
+template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
+  using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
-  GeluTailF32(d, hi, a, e, h, sq);
-  const auto x = hn::CopySignToAbs(a, hi);
+  GeluTail(d, hi, a, e, h, sq);
   const auto main = GeluDerivativeMain(d, hi, a, e, h);
-  const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<float>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, 2.0f), sq));
-  const auto general = hn::MulAdd(second, lo, main);
-  const auto tz = hn::Add(hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
-  auto poly = hn::Set(d, kGeluZeroTaylor[6]);
-  for (int i = 5; i >= 0; --i) poly = hn::MulAdd(poly, tz, hn::Set(d, kGeluZeroTaylor[i]));
-  const auto result = hn::IfThenElse(hn::Lt(hn::Abs(tz), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, tz), general);
+  const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<L>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, L(2)), sq));
+  auto result = hn::MulAdd(second, lo, main);
+  if constexpr (std::is_same_v<L, float>) {
+    const auto x = hn::CopySignToAbs(a, hi);
+    const auto tz = hn::Add(hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
+    auto poly = hn::Set(d, kGeluZeroTaylor[6]);
+    for (int i = 5; i >= 0; --i) poly = hn::MulAdd(poly, tz, hn::Set(d, kGeluZeroTaylor[i]));
+    result = hn::IfThenElse(hn::Lt(hn::Abs(tz), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, tz), result);
+  }
   return hn::IfThenElse(hn::IsNaN(hi), hi, result);
 }
 
-// GELU(z) in f32 lanes for z = hi + lo exactly: z Phi(z) is hi (e h) below 0 and hi (1 - e h) from
-// 0 up (1 - e h lies in [1/2, 1]: no cancellation), plus the first-order correction GELU'(hi) lo
-// for a bias add's rounding, which the tail's conditioning (about z^2) would otherwise magnify to
-// 1e-5 relative by z = -13. The tail's relative error of a few 1e-7 carries over; -inf gives NaN
-// (-inf times a tail of 0), as z Phi(z) does in f64 and in the oracle.
-template <class D> V<D> GeluF32(D d, V<D> hi, V<D> lo) {
+// GELU(z) for z = hi + lo exactly, on either lane type: z Phi(z) is hi (e h) below 0 and
+// hi (1 - e h) from 0 up (1 - e h lies in [1/2, 1]: no cancellation), plus the first-order
+// correction GELU'(hi) lo for a bias add's rounding, which the tail's conditioning (about z^2)
+// would otherwise magnify to 1e-5 relative by z = -13 in f32. The tail's relative error (a few
+// 1e-7 in f32 lanes, a few ulp in f64) carries over; -inf gives NaN (-inf times a tail of 0), as
+// z Phi(z) does in the oracle.
+template <class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
+  using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
-  GeluTailF32(d, hi, a, e, h, sq);
+  GeluTail(d, hi, a, e, h, sq);
   const auto tail = hn::Mul(e, h);  // Phi(-|hi|)
-  const auto main = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, 1.0f), tail)));
+  const auto main = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, L(1)), tail)));
   // Where lo is 0, main itself: adding a zero product would turn GELU(-0) = -0 into +0.
   const auto corrected = hn::MulAdd(GeluDerivativeMain(d, hi, a, e, h), lo, main);
   const auto result = hn::IfThenElse(hn::Eq(lo, hn::Zero(d)), main, corrected);
   return hn::IfThenElse(hn::IsNaN(hi), hi, result);
-}
-
-// GELU'(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
-template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
-  if constexpr (std::is_same_v<hn::TFromD<D>, float>) return GeluDerivativeF32(d, hi, lo);
-  else return GeluDerivative(d, hn::Add(hi, lo));
-}
-
-// GELU(z) for z = hi + lo on either lane type (f64 lanes: lo is 0 and the f64 form suffices).
-template <class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
-  if constexpr (std::is_same_v<hn::TFromD<D>, float>) return GeluF32(d, hi, lo);
-  else return Gelu(d, hn::Add(hi, lo));
 }
 
 // x + b as hi + lo exactly (Knuth's TwoSum); lo is 0 where hi is not finite (inf - inf).

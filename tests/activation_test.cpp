@@ -145,9 +145,9 @@ TEST(Activation, GeluTailRelativeAccuracyF32) {
 }
 
 // f32 Gelu and BiasGelu from one exp in f32 lanes keep a relative error <= 1e-6 down to z = -12
-// (Phi(-12) is near 1.8e-33; past -13 the tail is subnormal in f32), where a bias add's rounding, magnified about z^2 times by the
-// tail, would cost 4e-6 without its first-order correction; special values keep their IEEE
-// meaning (-0 stays -0, -inf gives NaN as z Phi(z) does).
+// (Phi(-12) is near 1.8e-33; past -13 the tail is subnormal in f32), where a bias add's rounding,
+// magnified about z^2 times by the tail, would cost 4e-6 without its first-order correction;
+// special values keep their IEEE meaning (-0 stays -0, -inf gives NaN as z Phi(z) does).
 TEST(Activation, GeluForwardTailRelativeAccuracyF32) {
   const int n = 240001;
   std::vector<float> x(n), y(n), bias(1, 0.0f);

@@ -44,8 +44,9 @@ using LaneTag = std::conditional_t<kWide && std::is_same_v<T, float>, hn::Scalab
 template <class D> using V = hn::Vec<D>;
 
 // GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), from one exp
-// and no erfc (the figures below are for f32 lanes; f64 lanes take a degree-24 P and no Taylor band): with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h,
-// so that, with no cancellation in either tail,
+// and no erfc (the figures below are for f32 lanes; f64 lanes take a degree-24 P and no Taylor
+// band): with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h, so that, with no
+// cancellation in either tail,
 //   GELU'(hi) = e (h + hi/sqrt(2 pi))          for hi < 0,
 //   GELU'(hi) = 1 - e (h - hi/sqrt(2 pi))      for hi >= 0.
 // erfcx(t) = exp(t^2) erfc(t) is smooth and decays like 1/(t sqrt(pi)): (1 + P(u)) / (1 + 2t) with
@@ -130,7 +131,8 @@ template <class D> void GeluTail(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& 
 template <class D> V<D> GeluDerivativeMain(D d, V<D> hi, V<D> a, V<D> e, V<D> h) {
   using L = hn::TFromD<D>;
   const auto w = hn::Mul(hn::CopySignToAbs(a, hi), hn::Set(d, static_cast<L>(kInvSqrt2Pi)));
-  return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), hn::Mul(e, hn::Add(h, w)), hn::NegMulAdd(e, hn::Sub(h, w), hn::Set(d, L(1))));
+  const auto below = hn::Mul(e, hn::Add(h, w)), above = hn::NegMulAdd(e, hn::Sub(h, w), hn::Set(d, L(1)));
+  return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), below, above);
 }
 
 // GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), on either lane

@@ -124,6 +124,34 @@ __device__ __forceinline__ void gelu_parts(float x, float& e, float& h) {
   e = ex == 0.0f ? 0.0f : fmaf(ex, -0.5f * x2e, ex);  // 0 also where x^2 overflowed
 }
 
+// f64: the same one-exp form with CUDA's erfcx (4 ulp) for erfcx(t): one exp an element where
+// normcdf + exp took two (normcdf's erfc evaluates its own), and x^2 split exactly likewise.
+__device__ __forceinline__ void gelu_parts(double x, double& e, double& h) {
+  h = 0.5 * ::erfcx(fabs(x) * kSqrtHalf);
+  const double x2 = x * x;
+  const double ex = ::exp(-0.5 * x2);
+  const double x2e = ::fma(x, x, -x2);
+  e = ex == 0.0 ? 0.0 : ::fma(ex, -0.5 * x2e, ex);  // 0 also where x^2 overflowed
+}
+
+// GELU' and GELU from e and h, in f32 or f64. x/sqrt(2 pi) from x clamped to [-64, 64], where e
+// is 0 long before: +-inf give the limits 0 and 1, not inf * 0 (NaN in x is NaN in e, and stays
+// NaN).
+template <class A>
+__device__ __forceinline__ A gelu_derivative_long(A x) {
+  A e, h;
+  gelu_parts(x, e, h);
+  const A w = fmin(fmax(x, A(-64)), A(64)) * static_cast<A>(kInvSqrt2Pi);
+  return x < A(0) ? e * (h + w) : dfma(-e, h - w, A(1));
+}
+template <class A>
+__device__ __forceinline__ A gelu_long(A x) {
+  A e, h;
+  gelu_parts(x, e, h);
+  const A tail = e * h;  // Phi(-|x|)
+  return x < A(0) ? x * tail : x * (A(1) - tail);
+}
+
 // The short form, for results rounded to f16/bf16 (whose half ulp, 2^-12 relative, dwarfs its
 // error): Phi(-a) = Z(a) P(t), a = |x|, t = 1/(1 + p a), Z the normal density, P a degree-5
 // polynomial (Abramowitz and Stegun 26.2.17, |error| < 7.5e-8), with the hardware's exp2 and
@@ -155,12 +183,7 @@ __device__ __forceinline__ float gelu_derivative(float x) {
     const float v = fmaf(-s.z, s.a, s.zp);  // Z (P - a)
     return x < 0.0f ? v : 1.0f - v;
   } else {
-    float e, h;
-    gelu_parts(x, e, h);
-    // x/sqrt(2 pi) from x clamped to [-64, 64], where e is 0 long before: +-inf give the limits 0
-    // and 1, not inf * 0 (NaN in x is NaN in e, and stays NaN).
-    const float w = fminf(fmaxf(x, -64.0f), 64.0f) * static_cast<float>(kInvSqrt2Pi);
-    return x < 0.0f ? e * (h + w) : fmaf(-e, h - w, 1.0f);
+    return gelu_derivative_long(x);
   }
 }
 template <bool kShort>
@@ -171,35 +194,18 @@ __device__ __forceinline__ float gelu(float x) {
     // and f64 and in the oracle, not the clamped -0.
     return x < 0.0f ? x * s.zp : fmaf(-s.a, s.zp, x);
   } else {
-    float e, h;
-    gelu_parts(x, e, h);
-    const float tail = e * h;  // Phi(-|x|)
-    return x < 0.0f ? x * tail : x * (1.0f - tail);
+    return gelu_long(x);
   }
 }
 
-// f64: the same one-exp form with CUDA's erfcx (4 ulp) for erfcx(t): one exp an element where
-// normcdf + exp took two (normcdf's erfc evaluates its own), and x^2 split exactly likewise.
-__device__ __forceinline__ void gelu_parts(double x, double& e, double& h) {
-  h = 0.5 * ::erfcx(fabs(x) * kSqrtHalf);
-  const double x2 = x * x;
-  const double ex = ::exp(-0.5 * x2);
-  const double x2e = ::fma(x, x, -x2);
-  e = ex == 0.0 ? 0.0 : ::fma(ex, -0.5 * x2e, ex);  // 0 also where x^2 overflowed
-}
+// f64: the long form.
 template <bool>
 __device__ __forceinline__ double gelu_derivative(double x) {
-  double e, h;
-  gelu_parts(x, e, h);
-  const double w = fmin(fmax(x, -64.0), 64.0) * kInvSqrt2Pi;  // +-inf: the limits 0 and 1
-  return x < 0.0 ? e * (h + w) : ::fma(-e, h - w, 1.0);
+  return gelu_derivative_long(x);
 }
 template <bool>
 __device__ __forceinline__ double gelu(double x) {
-  double e, h;
-  gelu_parts(x, e, h);
-  const double tail = e * h;  // Phi(-|x|)
-  return x < 0.0 ? x * tail : x * (1.0 - tail);
+  return gelu_long(x);
 }
 
 // FastGelu: y = z s, s = sigmoid(2u), u = sqrt(2/pi) (z + gamma z^3).

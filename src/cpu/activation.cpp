@@ -135,18 +135,22 @@ template <class D> V<D> GeluDerivativeMain(D d, V<D> hi, V<D> a, V<D> e, V<D> h)
   return hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), below, above);
 }
 
-// GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), on either lane
-// type; in f32 lanes, within kGeluZeroBand of the zero near -0.75 the Taylor polynomial.
-template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
+// GELU'(z) for z = hi + lo exactly, on either lane type; kSplit: lo is the rounding error of a bias
+// add (else lo is 0, and its terms are not computed). In f32 lanes, within kGeluZeroBand of
+// the zero near -0.75 the Taylor polynomial.
+template <bool kSplit, class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
   using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
   GeluTail(d, hi, a, e, h, sq);
-  const auto main = GeluDerivativeMain(d, hi, a, e, h);
-  const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<L>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, L(2)), sq));
-  auto result = hn::MulAdd(second, lo, main);
+  auto result = GeluDerivativeMain(d, hi, a, e, h);
+  if constexpr (kSplit) {
+    const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<L>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, L(2)), sq));
+    result = hn::MulAdd(second, lo, result);
+  }
   if constexpr (std::is_same_v<L, float>) {
     const auto x = hn::CopySignToAbs(a, hi);
-    const auto tz = hn::Add(hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo)), lo);
+    auto tz = hn::Sub(hn::Sub(x, hn::Set(d, kGeluZeroHi)), hn::Set(d, kGeluZeroLo));
+    if constexpr (kSplit) tz = hn::Add(tz, lo);
     auto poly = hn::Set(d, kGeluZeroTaylor[6]);
     for (int i = 5; i >= 0; --i) poly = hn::MulAdd(poly, tz, hn::Set(d, kGeluZeroTaylor[i]));
     result = hn::IfThenElse(hn::Lt(hn::Abs(tz), hn::Set(d, kGeluZeroBand)), hn::Mul(poly, tz), result);
@@ -155,20 +159,22 @@ template <class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
 }
 
 // GELU(z) for z = hi + lo exactly, on either lane type: z Phi(z) is hi (e h) below 0 and
-// hi (1 - e h) from 0 up (1 - e h lies in [1/2, 1]: no cancellation), plus the first-order
-// correction GELU'(hi) lo for a bias add's rounding, which the tail's conditioning (about z^2)
-// would otherwise magnify to 1e-5 relative by z = -13 in f32. The tail's relative error (a few
-// 1e-7 in f32 lanes, a few ulp in f64) carries over; -inf gives NaN (-inf times a tail of 0), as
-// z Phi(z) does in the oracle.
-template <class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
+// hi (1 - e h) from 0 up (1 - e h lies in [1/2, 1]: no cancellation); kSplit (lo the rounding error
+// of a bias add): plus the first-order correction GELU'(hi) lo, which the tail's conditioning
+// (about z^2) would otherwise magnify to 1e-5 relative by z = -13 in f32. The tail's relative
+// error (a few 1e-7 in f32 lanes, a few ulp in f64) carries over; -inf gives NaN (-inf times a
+// tail of 0), as z Phi(z) does in the oracle.
+template <bool kSplit, class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
   using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
   GeluTail(d, hi, a, e, h, sq);
   const auto tail = hn::Mul(e, h);  // Phi(-|hi|)
-  const auto main = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, L(1)), tail)));
-  // Where lo is 0, main itself: adding a zero product would turn GELU(-0) = -0 into +0.
-  const auto corrected = hn::MulAdd(GeluDerivativeMain(d, hi, a, e, h), lo, main);
-  const auto result = hn::IfThenElse(hn::Eq(lo, hn::Zero(d)), main, corrected);
+  auto result = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, L(1)), tail)));
+  if constexpr (kSplit) {
+    // Where lo is 0, the product alone: adding a zero term would turn GELU(-0) = -0 into +0.
+    const auto corrected = hn::MulAdd(GeluDerivativeMain(d, hi, a, e, h), lo, result);
+    result = hn::IfThenElse(hn::Eq(lo, hn::Zero(d)), result, corrected);
+  }
   return hn::IfThenElse(hn::IsNaN(hi), hi, result);
 }
 
@@ -347,10 +353,10 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         return BiasOp<T, false>(d, ctx, [](auto t, auto g, auto x, auto b) {
           V<decltype(t)> hi, lo;
           TwoSum<decltype(t)>(x, b, hi, lo);
-          return hn::Mul(g, GeluDerivativeSplit(t, hi, lo));
+          return hn::Mul(g, GeluDerivativeSplit<true>(t, hi, lo));
         });
       return Plain<T, false>(d, ctx, [](auto t, auto g, auto x) {
-        return hn::Mul(g, GeluDerivativeSplit(t, x, hn::Zero(t)));
+        return hn::Mul(g, GeluDerivativeSplit<false>(t, x, hn::Zero(t)));
       });
     case K::fast_gelu_grad:
       return Apply<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative(t, x)); });
@@ -378,9 +384,9 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         return BiasOp<T, false>(d, ctx, [](auto t, auto, auto x, auto b) {
           V<decltype(t)> hi, lo;
           TwoSum<decltype(t)>(x, b, hi, lo);
-          return GeluSplit(t, hi, lo);
+          return GeluSplit<true>(t, hi, lo);
         });
-      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) { return GeluSplit(t, x, hn::Zero(t)); });
+      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) { return GeluSplit<false>(t, x, hn::Zero(t)); });
     case K::fast_gelu:
       return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu(t, x); });
     case K::quick_gelu:

@@ -72,35 +72,55 @@ TEST_F(Cuda, QuickGeluAndLeakyReluAttributes) {
     }
 }
 
+// The tail tests' tensors on the device, of n elements each: x, dY of ones, and an output.
+template <class T>
+struct TailTensors {
+  static constexpr DType kType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  int64_t shape[1];
+  std::size_t bytes;
+  DeviceBuffer x_d, dy_d, out_d;
+  TensorView vx, vdy, vout;
+  explicit TailTensors(int64_t n)
+      : shape{n}, bytes(static_cast<std::size_t>(n) * sizeof(T)), x_d(bytes), dy_d(bytes), out_d(bytes),
+        vx(x_d.base, kType, shape, Device::cuda()), vdy(dy_d.base, kType, shape, Device::cuda()),
+        vout(out_d.base, kType, shape, Device::cuda()) {}
+  // x and the ones to the device; false where a buffer or a copy failed.
+  bool upload(const std::vector<T>& x) {
+    const std::vector<T> ones(x.size(), T(1));
+    return x_d.base && dy_d.base && out_d.base &&
+           cudaMemcpy(x_d.base, x.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+           cudaMemcpy(dy_d.base, ones.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+  }
+  bool download(std::vector<T>& out) const {
+    out.resize(static_cast<std::size_t>(shape[0]));
+    return cudaMemcpy(out.data(), out_d.base, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  }
+};
+
 // f32 GeluGrad keeps relative accuracy in the negative tail (docs/semantics.md A3), where 1 + erf
 // would lose every digit; FastGeluGrad and QuickGeluGrad vanish there without NaN.
 TEST_F(Cuda, GeluFamilyTails) {
   const int n = 100001;
-  std::vector<float> x(n), dy(n, 1.0f), dx(n);
+  std::vector<float> x(n), dx;
   for (int i = 0; i < n; ++i) x[i] = static_cast<float>(-13.0 + 11.0 * i / (n - 1));  // [-13, -2]
-  DeviceBuffer dx_d(n * 4), x_d(n * 4), dy_d(n * 4);
-  ASSERT_TRUE(dx_d.base && x_d.base && dy_d.base);
-  ASSERT_EQ(cudaMemcpy(x_d.base, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dy_d.base, dy.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  const int64_t shape[] = {n};
-  const TensorView vx(x_d.base, DType::f32, shape, Device::cuda()), vdy(dy_d.base, DType::f32, shape, Device::cuda()),
-      vdx(dx_d.base, DType::f32, shape, Device::cuda());
-  ASSERT_TRUE(gelu_grad({vdy, vx, vdx}).is_ok());
-  ASSERT_EQ(cudaMemcpy(dx.data(), dx_d.base, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  TailTensors<float> d(n);
+  ASSERT_TRUE(d.upload(x));
+  ASSERT_TRUE(gelu_grad({d.vdy, d.vx, d.vout}).is_ok());
+  ASSERT_TRUE(d.download(dx));
   double worst = 0;
   for (int i = 0; i < n; ++i) {
     const double ref = oracle::gelu_grad(x[i]);
     if (std::fabs(ref) > 1e-37) worst = std::max(worst, std::fabs(dx[i] - ref) / std::fabs(ref));
   }
   EXPECT_LE(worst, 2e-5) << "GeluGrad's relative error in [-13, -2]";
-  ASSERT_TRUE(fast_gelu_grad({vdy, vx, vdx}).is_ok());
-  ASSERT_EQ(cudaMemcpy(dx.data(), dx_d.base, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_TRUE(fast_gelu_grad({d.vdy, d.vx, d.vout}).is_ok());
+  ASSERT_TRUE(d.download(dx));
   for (int i = 0; i < n; ++i) {
     const double ref = oracle::fast_gelu_grad(x[i]);
     ASSERT_LE(std::fabs(dx[i] - ref), 1e-6 + 1e-5 * std::fabs(ref)) << "FastGeluGrad at " << x[i];
   }
-  ASSERT_TRUE(quick_gelu_grad({vdy, vx, vdx}).is_ok());
-  ASSERT_EQ(cudaMemcpy(dx.data(), dx_d.base, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_TRUE(quick_gelu_grad({d.vdy, d.vx, d.vout}).is_ok());
+  ASSERT_TRUE(d.download(dx));
   for (int i = 0; i < n; ++i) {
     const double ref = oracle::quick_gelu_grad(x[i], 1.702f);
     ASSERT_LE(std::fabs(dx[i] - ref), 1e-30 + 1e-5 * std::fabs(ref)) << "QuickGeluGrad at " << x[i];
@@ -113,25 +133,20 @@ TEST_F(Cuda, GeluFamilyTails) {
 // not lose the tail.
 TEST_F(Cuda, GeluF64Tails) {
   const int n = 200001;
-  std::vector<double> x(n), dy(n, 1.0), out(n);
+  std::vector<double> x(n), out;
   for (int i = 0; i < n; ++i) x[i] = -37.0 + 74.0 * i / (n - 1);  // [-37, 37]
-  DeviceBuffer out_d(n * 8), x_d(n * 8), dy_d(n * 8);
-  ASSERT_TRUE(out_d.base && x_d.base && dy_d.base);
-  ASSERT_EQ(cudaMemcpy(x_d.base, x.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dy_d.base, dy.data(), n * 8, cudaMemcpyHostToDevice), cudaSuccess);
-  const int64_t shape[] = {n};
-  const TensorView vx(x_d.base, DType::f64, shape, Device::cuda()), vdy(dy_d.base, DType::f64, shape, Device::cuda()),
-      vout(out_d.base, DType::f64, shape, Device::cuda());
-  ASSERT_TRUE(gelu_grad({vdy, vx, vout}).is_ok());
-  ASSERT_EQ(cudaMemcpy(out.data(), out_d.base, n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  TailTensors<double> d(n);
+  ASSERT_TRUE(d.upload(x));
+  ASSERT_TRUE(gelu_grad({d.vdy, d.vx, d.vout}).is_ok());
+  ASSERT_TRUE(d.download(out));
   for (int i = 0; i < n; ++i) {
     const double ref = oracle::gelu_grad(x[i]);
     // Relative away from GeluGrad's zero near x = -0.7518, absolute (to 1 in the derivative) near it.
     const double tol = std::fabs(x[i] + 0.7518) > 0.25 ? 1e-13 * std::fabs(ref) : 1e-15;
     ASSERT_LE(std::fabs(out[i] - ref), tol) << "f64 GeluGrad at " << x[i];
   }
-  ASSERT_TRUE(gelu({vx, vout}).is_ok());
-  ASSERT_EQ(cudaMemcpy(out.data(), out_d.base, n * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_TRUE(gelu({d.vx, d.vout}).is_ok());
+  ASSERT_TRUE(d.download(out));
   for (int i = 0; i < n; ++i) {
     const double ref = oracle::gelu(x[i]);
     ASSERT_LE(std::fabs(out[i] - ref), 1e-13 * std::fabs(ref) + 1e-300) << "f64 Gelu at " << x[i];

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -227,6 +228,45 @@ TEST_P(SimdTarget, Bf16RoundingIsExact) {
     EXPECT_EQ(wrong, 0) << GetParam() << (native ? " native" : " integer");
   }
   cpu::set_native_bf16(true);
+}
+
+// f16 <-> f32 as the kernels convert, on every target, against the exact scalar conversions: every
+// f16 bit pattern widened (normal, subnormal, inf, NaN: targets without F16C convert in software),
+// and every 61st f32 bit pattern plus ties and the overflow edge rounded to f16.
+TEST_P(SimdTarget, HalfConversionsAreExact) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = static_cast<uint16_t>(b);
+  std::vector<float> wide(all.size());
+  cpu::widen_half(all.data(), wide.data(), static_cast<int64_t>(all.size()));
+  int64_t wrong = 0;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    half h;
+    std::memcpy(&h, &all[b], 2);
+    const float want = static_cast<float>(h);
+    const bool same = std::isnan(want) ? std::isnan(wide[b]) : std::bit_cast<uint32_t>(wide[b]) == std::bit_cast<uint32_t>(want);
+    if (!same && wrong++ < 5)
+      ADD_FAILURE() << GetParam() << ": f16 bits " << std::hex << b << " -> " << wide[b] << ", want " << want;
+  }
+  EXPECT_EQ(wrong, 0) << GetParam() << " widening";
+
+  std::vector<float> in;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 61) in.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  // Halfway cases (1 + 2^-11, 1 + 3 * 2^-11), the largest finite and the overflow threshold (65520).
+  for (float v : {1.00048828125f, 1.00146484375f, 65504.0f, 65519.99f, 65520.0f, 5.96046448e-8f, 2.98023224e-8f})
+    for (float s : {1.0f, -1.0f}) in.push_back(s * v);
+  std::vector<uint16_t> out(in.size());
+  cpu::narrow_to_half(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  wrong = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const half want(in[i]);
+    uint16_t want_bits;
+    std::memcpy(&want_bits, &want, 2);
+    const bool both_nan = std::isnan(in[i]) && (out[i] & 0x7fffu) > 0x7c00u;
+    if (out[i] != want_bits && !both_nan && wrong++ < 5)
+      ADD_FAILURE() << GetParam() << ": f32 bits " << std::hex << std::bit_cast<uint32_t>(in[i]) << " -> " << out[i]
+                    << ", want " << want_bits;
+  }
+  EXPECT_EQ(wrong, 0) << GetParam() << " rounding";
 }
 
 // Distance in units in the last place of T at the reference value.

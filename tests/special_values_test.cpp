@@ -122,9 +122,6 @@ const char* known_deviation(const OpSchema& op, std::string_view input, const Sp
   if ((op.family == OpFamily::layer_norm || op.family == OpFamily::batch_norm) && max_finite)
     return "sums of squares and products of the largest finite values overflow the compute type";
   if (op.id == OpId::QuickGeluGrad && max_finite) return "alpha*x overflows: v*(1 - s) is inf*0";
-  if ((op.id == OpId::GeluGrad || op.id == OpId::BiasGeluGrad_dX) && in_type == DType::f64 &&
-      (s == "+inf" || s == "-inf"))
-    return "the f64 path evaluates x*phi(x) at infinity as inf*0";
   return nullptr;
 }
 

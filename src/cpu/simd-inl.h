@@ -54,8 +54,23 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const T* HWY_RESTRICT p) {
     return hn::BitCast(d, hn::ShiftLeft<16>(bits));
   } else {  // half -> f32 (exact; F16C where the target has it)
     static_assert(std::is_same_v<T, half> && std::is_same_v<L, float>);
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2
+    // No F16C: Highway 1.0.3's software conversion makes inf and NaN finite (inf read as 65536).
+    // Exponent and mantissa moved into f32's places and scaled by 2^(127 - 15) are exact for
+    // normal and subnormal halves; the top exponent maps to f32's, keeping the NaN payload.
+    const hn::Rebind<uint16_t, D> d16;
+    const hn::RebindToSigned<D> di;
+    const auto h = hn::PromoteTo(di, hn::BitCast(hn::Rebind<int16_t, D>(), hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p))));
+    const auto magnitude = hn::And(h, hn::Set(di, 0x7fff));
+    const auto placed = hn::ShiftLeft<13>(magnitude);
+    const auto finite = hn::Mul(hn::BitCast(d, placed), hn::Set(d, 0x1p112f));
+    const auto special = hn::BitCast(d, hn::Or(placed, hn::Set(di, 0x7f800000)));
+    const auto sign = hn::BitCast(d, hn::ShiftLeft<16>(hn::And(h, hn::Set(di, 0x8000))));
+    return hn::Or(sign, hn::IfThenElse(hn::RebindMask(d, hn::Gt(magnitude, hn::Set(di, 0x7bff))), special, finite));
+#else
     const hn::Rebind<hwy::float16_t, D> d16;
     return hn::PromoteTo(d, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(p)));
+#endif
   }
 }
 

@@ -36,8 +36,9 @@ void EvalVectorMath(VectorMath f, const T* in, T* out, int64_t n) {
     std::copy(buf, buf + m, out + i);
   }
 }
-// The kernels' f32 -> bf16 rounding (Narrow) over n values, whole vectors through a padded copy.
-void NarrowBf16(const float* in, uint16_t* out, int64_t n) {
+// The kernels' f32 -> 16-bit rounding (Narrow) over n values, whole vectors through a padded copy.
+template <class T>
+void Narrow16(const float* in, uint16_t* out, int64_t n) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<uint16_t, decltype(d)> dn;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -46,8 +47,24 @@ void NarrowBf16(const float* in, uint16_t* out, int64_t n) {
     HWY_ALIGN uint16_t bits[hn::MaxLanes(dn)];
     const int64_t m = std::min(lanes, n - i);
     std::copy(in + i, in + i + m, buf);
-    hn::Store(Narrow<bfloat16>(d, hn::Load(d, buf)), dn, bits);
+    hn::Store(Narrow<T>(d, hn::Load(d, buf)), dn, bits);
     std::copy(bits, bits + m, out + i);
+  }
+}
+void NarrowBf16(const float* in, uint16_t* out, int64_t n) { Narrow16<bfloat16>(in, out, n); }
+void NarrowHalf(const float* in, uint16_t* out, int64_t n) { Narrow16<half>(in, out, n); }
+
+// The kernels' f16 -> f32 widening (LoadWide) over n values.
+void WidenHalf(const uint16_t* in, float* out, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < n; i += lanes) {
+    HWY_ALIGN half buf[hn::MaxLanes(d)] = {};
+    HWY_ALIGN float wide[hn::MaxLanes(d)];
+    const int64_t m = std::min(lanes, n - i);
+    for (int64_t k = 0; k < m; ++k) buf[k] = half::from_bits(in[i + k]);
+    hn::Store(LoadWide(d, buf), d, wide);
+    std::copy(wide, wide + m, out + i);
   }
 }
 
@@ -62,10 +79,20 @@ namespace gradops::cpu {
 HWY_EXPORT(EvalF32);
 HWY_EXPORT(EvalF64);
 HWY_EXPORT(NarrowBf16);
+HWY_EXPORT(NarrowHalf);
+HWY_EXPORT(WidenHalf);
 
 void narrow_to_bf16(const float* in, uint16_t* out, int64_t n) {
   apply_simd_target_from_environment();
   HWY_DYNAMIC_DISPATCH(NarrowBf16)(in, out, n);
+}
+void narrow_to_half(const float* in, uint16_t* out, int64_t n) {
+  apply_simd_target_from_environment();
+  HWY_DYNAMIC_DISPATCH(NarrowHalf)(in, out, n);
+}
+void widen_half(const uint16_t* in, float* out, int64_t n) {
+  apply_simd_target_from_environment();
+  HWY_DYNAMIC_DISPATCH(WidenHalf)(in, out, n);
 }
 
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n) {

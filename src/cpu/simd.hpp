@@ -25,8 +25,11 @@ enum class VectorMath { erfc, exp, tanh, log };
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n);
 void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n);
 
-// The kernels' f32 -> bf16 rounding on the current target, over n values (for the tests).
+// The kernels' 16-bit conversions on the current target, over n values (for the tests): f32 ->
+// bf16 and f32 -> f16 rounding, and f16 -> f32 widening, on the bits of the 16-bit values.
 void narrow_to_bf16(const float* in, uint16_t* out, int64_t n);
+void narrow_to_half(const float* in, uint16_t* out, int64_t n);
+void widen_half(const uint16_t* in, float* out, int64_t n);
 
 // Output size in bytes from which kernels write with non-temporal stores: an eighth of the
 // last-level cache as the OS reports it (4 MiB when it reports none). Below it a result stays in

@@ -153,8 +153,9 @@ TEST_F(Cuda, GeluF64Tails) {
   }
 }
 
-// Row groups long enough for many row batches of the bias kernel (software pipelined for f32
-// GELU), with a ragged last batch and remainder rows, with and without dB.
+// Many rows of 64 with a ragged last batch and remainder rows, with and without dB: f32 with dB
+// runs the 2-D bias kernel's row batches; the other cases, aligned rows of whole 16-byte packs,
+// take the row kernels (bias_row_vec16 for 16-bit with dB, flat_bias_vec16 without dB).
 TEST_F(Cuda, BiasKernelManyRowBatches) {
   for (DType t : {DType::f32, DType::bf16})
     for (OpId id : {OpId::BiasGeluGrad_dX, OpId::BiasFastGeluGrad_dX})

@@ -350,8 +350,8 @@ std::string what(const Batch& b) {
 // Shapes through every CUDA kernel: NCHW runs of 16-byte packs, of 8-byte packs (16-bit 14x14),
 // of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0. The
 // fused op holds a channel on chip (in plain blocks, in clusters of 2 and of 16) where it fits;
-// the channels of [4, 2, 400, 400] and [400000, 8] do not fit a cluster at 32 bits, so their fused
-// op runs the reduce, sums and apply kernels, as NHWC's does (in one tile of channels, and in
+// the channels of [4, 2, 400, 400] do not fit a cluster at 32 bits, so its fused op runs the
+// reduce, sums and apply kernels, as NHWC's ([400000, 8] among them) always does (in one tile of channels, and in
 // several with a shorter last one: 1000 channels in packs, 1001 not).
 struct Shape {
   std::vector<int64_t> shape;

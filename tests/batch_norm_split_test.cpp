@@ -275,8 +275,9 @@ TEST(BatchNormSplit, HalvesWithSummedSumsMatchTheWholeBatch) {
 }
 
 // Where the cut falls on a boundary of the fixed summation tree (two samples, NCHW, each run one
-// piece: spatial <= 2,048 values on every SIMD target), the forward's sums about K add in the same
-// order on one call as on two, so every output of BatchNormInternal is the same bits.
+// piece: spatial <= 2,048 values, a piece being kChain * 4 vectors, 2,048 values or more but for
+// f64 on SSE4 and the portable target), the forward's sums about K add in the same order on one
+// call as on two, so every output of BatchNormInternal is the same bits.
 TEST(BatchNormSplit, HalvesAtATreeBoundaryAreBitwiseForTheForward) {
   for (const TypeSignature& sig : op_schema(OpId::BatchNormInternal).signatures)
     for (int64_t spatial : {1024, 2048}) {

@@ -30,16 +30,18 @@ Problem make_problem(OpId id, const TypeSignature& sig, const std::vector<int64_
   return p;
 }
 
-// Ranks 1 to 5; Mc = 0 (several ways), 1 and 2; C = 1 and primes; NCHW spatial runs of 1, below,
-// at and above the 64 from which runs are summed in place; chunk boundaries of both traversals
-// (1024 values, 128 rows, 2048-column blocks) crossed by one; more than 65,535 rows in NHWC; one
-// channel of 262,147 values. Each shape runs in both layouts, where C is a different dim.
+// Ranks 1 to 5; Mc = 0 (several ways), 1 and 2; C = 1 and primes; NCHW spatial sizes below, at
+// and above kPlaneMin (1024), from which planes are folded in place, and planes crossing a piece
+// (kChain * 4 vectors: 2048 to 8192 values by target and dtype); channels below, at and above
+// kMaxCols (1600) columns at once; more than 65,535 rows in NHWC; one channel of 262,147 values.
+// Each shape runs in both layouts, where C is a different dim.
 std::vector<std::vector<int64_t>> sweep() {
   return {{0},           {1},           {2},          {7},           {3, 0},       {0, 3},
           {2, 0, 5},     {1, 1},        {1, 5},       {5, 1},        {2, 3},       {13, 7},
           {3, 5, 1},     {2, 3, 5},     {4, 3, 63},   {3, 2, 64},    {2, 3, 65},   {2, 3, 5, 7},
           {2, 3, 2, 3, 5}, {1, 1, 1, 1, 1}, {1, 3, 1031}, {5, 2, 419}, {129, 5},  {257, 3, 3},
           {2, 2049, 3},  {3, 4099},     {65537, 3},   {3, 22000, 2}, {1, 1, 262147},
+          {2, 3, 1023},  {2, 3, 1024},  {1, 2, 8193}, {3, 1599},     {3, 1600},    {3, 1601},
           // NCHW planes (spatial >= 1024) of too few channels to fuse, written as one run a thread
           // across plane and sample boundaries.
           {4, 3, 1031}};

@@ -90,8 +90,8 @@ TEST_P(SimdTarget, SoftmaxNonLastAxisMatchesTheOracle) {
 
 // Streamed softmax rows are written as one run: a row's last partial stream unit goes out with the
 // next row's first. Rows whose starts fall anywhere in a line, on both base alignments, split over
-// 1 and 3 threads (ranges of at least 32K elements, so 2 or 3 of them; the joins stop at each
-// range's end): the oracle's values, and the same bits either way.
+// 1 and 3 threads (at most one range per 32K elements begun, so 2 or 3 of them; the joins stop at
+// each range's end): the oracle's values, and the same bits either way.
 TEST_P(SimdTarget, SoftmaxRowsStreamedAsOneRunAnyThreadCount) {
   cpu::set_stream_min_bytes(0);
   uint64_t seed = 700;

@@ -39,8 +39,8 @@ struct SweepCase {
 };
 
 // Rows of 0, 1, primes and the 16-lane width -1/+0/+1; strided groups whose inner size is below,
-// at and above the vector width and the block size (1024), with long axes whose blocks shrink;
-// more than 65,535 rows; a 262,144-element group; rank 1 to 5.
+// at and above the vector width, and dims of 1031 and 2053 on either side of the axis; more than
+// 65,535 rows; a 262,144-element group; rank 1 to 5.
 std::vector<SweepCase> sweep() {
   return {
       {{0}, true},           {{1}, true},           {{7}, true},        {{15}, true},

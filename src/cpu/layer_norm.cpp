@@ -19,8 +19,8 @@
 //
 // Forwards, per row: two-pass mean and biased variance (never E[x^2] - E[x]^2), inv_std =
 // 1/sqrt(var + epsilon); RMSNorm: inv_std_var = 1/sqrt(mean(x^2) + epsilon). Y uses the statistics
-// in the compute type; the saved statistics are rounded to U once. The first pass over row i+1
-// (from memory) runs in one loop with row i's write pass; the variance pass reads from cache.
+// in the compute type; the saved statistics are rounded to U once. The first pass over row i+2
+// (from memory) runs in one loop with row i+1's variance pass and row i's write, both from cache.
 //
 // Partial vectors (a row's tail, or the head that aligns non-temporal stores) go through
 // zero-padded copies and the same lane-wise code as whole vectors, their padded lanes kept out of

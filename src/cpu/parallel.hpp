@@ -24,8 +24,9 @@ inline int max_threads(const Context& ctx) {
 #endif
 }
 
-// Calls f(begin, end) on disjoint contiguous ranges covering [0, n). Ranges hold at least `grain`
-// items (except the last), so small problems run on one thread.
+// Calls f(begin, end) on disjoint contiguous ranges covering [0, n): at most ceil(n / grain) of them,
+// equal to within one item (so more than grain / 2 items each when there are several), and a
+// problem of at most `grain` items runs on the calling thread.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, const Context& ctx, F&& f) {
   if (n <= 0) return;
@@ -55,7 +56,7 @@ inline int64_t chunk_count(int64_t n, int64_t chunk) { return (n + chunk - 1) / 
 // one grain (a thread's start-up and its share of the fork-join cost against its work).
 inline constexpr int64_t kGrain = int64_t{1} << 15;
 
-// Threads for `units` of work, each taking at least `grain` of them (and at least one thread).
+// Threads for `units` of work: at most one per `grain` units, begun (ceil), and at least one.
 inline int64_t slot_count(int64_t units, int64_t grain, const Context& ctx) {
   return std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1))));
 }

@@ -396,19 +396,6 @@ struct FastMod {
   uint32_t quotient(uint32_t j) const { return static_cast<uint32_t>((Uint128{m} * j) >> 64); }  // j / w
 };
 
-// ---- elementwise driver ------------------------------------------------------------------------
-
-// Calls f(i, n_valid) for each vector-sized block of [begin, end); the last block is processed
-// through padded local copies by the caller-supplied tail handler, so every element goes through
-// the same vector code (results do not depend on where thread partitions fall).
-template <class D, class Body>
-HWY_INLINE void ForEachVector(D d, int64_t begin, int64_t end, Body&& body) {
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = begin;
-  for (; i + step <= end; i += step) body(i, step);
-  if (i < end) body(i, end - i);
-}
-
 // The head of a run written with non-temporal stores: out[0, head) = value(j, valid) through
 // normal stores, a partial vector at a time, where out + head is the first boundary of a stream
 // store (kStreamVectors vectors of T); nothing where the caller wrote the head (`written`). Sets
@@ -429,7 +416,8 @@ HWY_INLINE bool WriteStreamHead(D d, T* HWY_RESTRICT out, int64_t n_out, const V
   return true;
 }
 
-// Up to `count` whole vectors of a run at w (while w + L <= n_out), advancing w: in pairs through
+// Up to `count` whole vectors of a run at w (while w + L <= n_out), advancing w: kStreamVectors at
+// a time (two where T is narrower than the lanes, so each stream store is a whole vector) through
 // non-temporal stores where the run streams (after WriteStreamHead), else one at a time.
 template <bool kStream, class D, class T, class Value>
 HWY_INLINE void WriteWhole(D d, T* HWY_RESTRICT out, int64_t n_out, const Value& value, bool stream, int64_t& w,

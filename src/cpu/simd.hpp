@@ -7,7 +7,8 @@
 
 namespace gradops::cpu {
 
-// The Highway target the dispatched kernels use now ("AVX3", "AVX2", "SSE4", "EMU128").
+// The Highway target the dispatched kernels use now ("AVX3", "AVX2", "SSE4", "EMU128"; "AVX3+BF16"
+// where AVX-512 rounds to bf16 with the CPU's conversion; "none" if no target is compiled in).
 const char* simd_target_name();
 
 // Restricts dispatch to targets no better than `name` ("avx512", "avx2", "sse4", "portable");
@@ -15,8 +16,8 @@ const char* simd_target_name();
 // GRADOPS_CPU_TARGET environment variable before the first kernel runs.
 bool force_simd_target(std::string_view name);
 
-// Every target compiled in and supported by this CPU, best first ("AVX3", "AVX2", ...), as the
-// names force_simd_target accepts ("avx512", "avx2", "sse4", "portable").
+// Every target compiled in and supported by this CPU, best first, as the names force_simd_target
+// accepts ("avx512", "avx2", "sse4", "portable").
 int supported_simd_targets(const char** names, int capacity);
 
 // The vector transcendentals the kernels use, on the current target, lane by lane over n

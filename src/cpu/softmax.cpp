@@ -35,9 +35,9 @@
 // the scratch (tiles too large for the cache budget with it) evaluate exp again in the write pass
 // (the same function of the same input: the same bits).
 //
-// Outputs much larger than the last-level cache are written with non-temporal stores: a normal
-// store first reads the line it writes (a third input stream), and the output would only evict the
-// inputs still to be read.
+// Outputs from an eighth of the last-level cache up (stream_min_bytes) are written with
+// non-temporal stores: a normal store first reads the line it writes (a third input stream), and
+// the output, sharing the cache with the other cores, would only evict the inputs still to be read.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/softmax.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -70,9 +70,9 @@ constexpr int64_t kMaxFoldVectors = 64;  // the most vectors lcm(inner, lanes) m
 
 template <class D> using V = hn::Vec<D>;
 
-// Splits [0, units) into contiguous ranges of at least `grain` units, one per thread, and runs
-// range(u0, u1, scratch) on each; every thread gets its own `scratch_len` compute values (64-byte
-// aligned).
+// Splits [0, units) into equal contiguous ranges, one per thread and at most one per `grain` units
+// begun, and runs range(u0, u1, scratch) on each; every thread gets its own `scratch_len` compute
+// values (64-byte aligned).
 template <class A, class F>
 Status ForEachRange(OpId op, int64_t units, int64_t grain, int64_t scratch_len, const Context& ctx, F&& range) {
   const int64_t slots = std::min<int64_t>(max_threads(ctx), chunk_count(units, std::max<int64_t>(grain, 1)));

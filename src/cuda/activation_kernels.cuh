@@ -59,7 +59,8 @@ __device__ __forceinline__ float dtanh(float v) { return tanhf(v); }
 __device__ __forceinline__ double dtanh(double v) { return ::tanh(v); }
 
 // 1/v to within an ulp: the hardware's approximate reciprocal (exact to 2 ulp for v in the normal
-// range) and one Newton step. The arguments here lie in [1, 400].
+// range) and one Newton step. The arguments here lie in [3, 3483] (gelu_parts: (t + 3)(2t + 1),
+// t <= 40).
 __device__ __forceinline__ float recip(float v) {
   const float r = __fdividef(1.0f, v);
   return fmaf(r, fmaf(-v, r, 1.0f), r);
@@ -390,8 +391,9 @@ constexpr int kBiasThreads = 256;
 //   min_blocks resident 256-thread blocks asked of the register allocator (128 registers at 2,
 //              64 at 4);
 //   target     blocks launched, at most (whole row groups of the column blocks): one wave of
-//              min_blocks blocks on each of 132 SMs. A constant, so that the row groups, and with
-//              them dB's summation order and bits, depend on the shape alone.
+//              min_blocks blocks on each of 132 SMs in f32 and 16-bit, 256 in f64. A constant, so
+//              that the row groups, and with them dB's summation order and bits, depend on the
+//              shape alone.
 // f32: plain batches of 8 rows. GELU (its long form, ~50 instructions an element) with dB: 0.94 of
 // copy on an H100 at 16384x4096 and 4096x16384 against 0.89 pipelined in batches of 4 (8192x3072:
 // 0.86 against 0.83), 0.88-0.89 against 0.91 on an H200; FastGelu 0.96-0.97 against 0.93-0.94
@@ -563,9 +565,9 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
     a.packs = (d.cols - a.head) / VEC;
     a.units = a.head + a.packs + (d.cols - a.head - a.packs * VEC);
   }
-  // Column units per block row: the widest of max_tx, 128, 64 that leaves at most an eighth of its
-  // threads without a column, else 32 (or fewer for narrow rows). A warp then reads 512 contiguous
-  // bytes of a row and the block a whole stretch of it.
+  // Column units per block row: 32 (fewer for narrow rows), a warp reading 512 contiguous bytes of
+  // a row. A max_tx above 32 (the default, kBiasMaxTx, is 32) would take the widest of max_tx, ...,
+  // 64 that leaves at most an eighth of its threads without a column.
   int tx = static_cast<int>(std::min<int64_t>(32, pow2_ceil(a.units)));
   for (int w = max_tx; w > 32; w /= 2)
     if (a.units >= w && (ceil_div(a.units, w) * w - a.units) * 8 <= a.units) {

@@ -7,7 +7,7 @@
 // and dbias, summed in an order that follows the grid, have the same bits on every device):
 //   held     rows whose pointers and length allow 16-byte packs: a row is held in registers by
 //            `lanes` threads, N packs each: a group of 1 to 32 lanes of a warp (several rows per
-//            warp), a group of warps of a block, a whole block, or a cluster of 2 to 8 blocks.
+//            warp), a group of warps of a block, a whole block, or a cluster of 2 to 16 blocks.
 //            One read of x and dy, one write of dx.
 //   general  any row: a block per row reads it two (gradient) or three (LayerNorm forward) times,
 //            the repeats from L1/L2; scalar accesses, any alignment, any length.
@@ -187,7 +187,7 @@ __device__ __forceinline__ void cluster_sync(int cluster) {
 template <class S>
 inline constexpr int kLnVec = static_cast<int>(16 / std::max(sizeof(typename S::T), sizeof(typename S::V)));
 
-// Packs a held thread holds at most, and the most blocks that share a row.
+// Packs a held thread holds at most, and threads a block.
 inline constexpr int kLnMaxPacks = 4;
 inline constexpr int kLnFwdMaxPacks = 8;
 inline constexpr int kLnBlockThreads = 256;  // held blocks of several rows

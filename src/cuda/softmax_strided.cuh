@@ -461,7 +461,7 @@ Status run_strided(std::string_view op, const SoftmaxDesc& d, const Context& ctx
 
 // The held kernel for plan p: *fits says whether its clusters (plan.blocks > 1) can be co-scheduled
 // on this device, asked at the largest block (fewer threads fit wherever that does); with ctx, it
-// also launches, one tile per cluster.
+// also launches.
 template <SoftmaxKind K, class T, int VEC, bool kCluster, int N = kHeldUnits<T, VEC>>
 Status held_launch(std::string_view op, const SoftmaxDesc& d, const StridedPlan& p, const DeviceInfo& dev,
                    const Context* ctx, bool* fits) {

@@ -82,7 +82,7 @@ Status cpu_layer_norm(const LayerNormDesc& d, const Context& ctx);
 // CUDA (src/cuda/layer_norm_grad.cu and layer_norm_fwd.cu, built with the backend): one
 // implementation row per kernel choice. Rows of whole 16-byte packs are held in registers by a
 // group of a warp's lanes (several rows a warp), by warps of a block, or by a cluster of blocks, as
-// the row grows; any other row (not of whole packs, longer than a cluster of 8 blocks holds, or
+// the row grows; any other row (not of whole packs, longer than a cluster of 16 blocks holds, or
 // whose cluster the device cannot run) goes to the general kernel. A row's declines() takes exactly
 // the calls its run() launches its own kernel for, and declines pointers not aligned to their
 // element size (no kernel takes those).

@@ -94,13 +94,16 @@ TEST_F(Cuda, EveryRowNamesTheKernelThatRuns) {
       {"cuda:cluster_per_row", OpId::SoftmaxGrad_13, DType::f32, {2, 32768}, -1, {0}, {}},
       {"cuda:cluster_per_row", OpId::Softmax_13, DType::bf16, {2, 65536}, -1, {1}, {}},
       {"cuda:two_pass", OpId::SoftmaxGrad_13, DType::f32, {1, 262144}, -1, {0}, {}},
-      // f64 at 2 packs a thread: 2,048 elements a block; two passes past 16,384 (gradients) and
-      // 4,096 (forwards), where they were measured faster.
+      // f64 at 2 packs a thread in the gradients and 4 in the forwards: 2,048 and 4,096 elements a
+      // block; two passes past 16,384 (gradients, Softmax) and 4,096 (LogSoftmax), where they were
+      // measured faster.
       {"cuda:block_per_row", OpId::SoftmaxGrad_13, DType::f64, {2, 2048}, -1, {0}, {}},
       {"cuda:cluster_per_row", OpId::LogSoftmaxGrad_13, DType::f64, {2, 16384}, -1, {0}, {}},
       {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f64, {2, 16386}, -1, {0}, {}},
-      {"cuda:cluster_per_row", OpId::Softmax_13, DType::f64, {2, 4096}, -1, {0}, {}},
-      {"cuda:two_pass", OpId::Softmax_13, DType::f64, {2, 4098}, -1, {0}, {}},
+      {"cuda:block_per_row", OpId::Softmax_13, DType::f64, {2, 4096}, -1, {0}, {}},
+      {"cuda:cluster_per_row", OpId::Softmax_13, DType::f64, {2, 4098}, -1, {0}, {}},
+      {"cuda:two_pass", OpId::Softmax_13, DType::f64, {2, 16386}, -1, {0}, {}},
+      {"cuda:two_pass", OpId::LogSoftmax_13, DType::f64, {2, 4098}, -1, {0}, {}},
       {"cuda:two_pass", OpId::LogSoftmaxGrad_13, DType::f32, {3, 5000}, -1, {1, 2, 0}, {}},
       // Other axes: held in registers by one block or a cluster of up to 16, else walked in passes
       // (f32 gradients in 16-byte packs at inner 32: tiles down to 2 packs wide, so 128 lanes of 8

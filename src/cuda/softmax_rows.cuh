@@ -27,15 +27,17 @@ constexpr int warp_max_packs_per_lane(std::size_t elem_size) { return elem_size 
 // Packs of each input per thread of the block and cluster kernels, the most that fit 64 registers
 // (two 512-thread blocks per multiprocessor) without spilling more than a few bytes: gradients 4
 // (two inputs), forwards 8 (one input; the softmax terms exp(x - max) are computed again for the
-// output, Held), f64 2 (8 bytes of stack in LogSoftmaxGrad's cluster kernels; 4 and 8 spilled
-// 40-380 bytes). With more bytes per barrier, long rows held on chip beat two passes: the 16-bit
+// output, Held), f64 gradients 2 (8 bytes of stack in LogSoftmaxGrad's cluster kernels; 4 and 8
+// spilled 40-380 bytes), f64 forwards 4: a block then holds a row of 4,096, which took a cluster of
+// two at 2 packs (8192x4096 0.46 -> 0.88-0.95 of copy on an H100, 32768x512 0.84-0.86 ->
+// 0.91-0.95). With more bytes per barrier, long rows held on chip beat two passes: the 16-bit
 // gradients took 2 packs while 16-bit elements were extracted one a register, and went from
 // 0.61-0.88 of copy to 0.88-0.94 with 4 on an H100 (0.75-0.86 on an H200); the f32 and 16-bit
 // forwards from 0.57-0.66 to 0.65-0.93 with 8 (lab/cuda/NOTES.md, sixth round); f64 from 1 pack to
 // 2, rows of 512 to 4096 elements 1.1-1.8x faster on an H100 (gradients 0.53-0.90 of copy to
 // 0.82-0.98, forwards 0.26-0.74 to 0.46-0.87; docs/performance-gpu.md).
 constexpr int block_packs(SoftmaxKind k, std::size_t elem_size) {
-  if (elem_size == 8) return 2;
+  if (elem_size == 8) return is_grad(k) ? 2 : 4;
   return is_grad(k) ? 4 : 8;
 }
 constexpr int kBlockMaxThreads = 512;
@@ -90,17 +92,19 @@ inline int row_blocks(const SoftmaxDesc& d, int n = 0) {
 }
 
 // Where a row needs a cluster, streaming it twice (the second read from L2, with no cluster
-// barriers between loads) was measured faster for f64 rows past 4096 elements in the forwards (1.1
-// to 1.3 times, on an H100, at a pack a thread) and past 16384 in the gradients (at 2 packs, 32768
-// held on 16 blocks: LogSoftmaxGrad 0.61 of copy against 0.74 in two passes, SoftmaxGrad 0.61
-// against 0.62). The limits are in elements, not blocks, so that they stay where they were
-// measured whatever a block holds. Everything else stays on chip: the gradients (f32 0.80-0.90 of
+// barriers between loads) was measured faster for f64 rows past 4096 elements in LogSoftmax (at 4
+// packs a thread on an H100, 4096x8192 0.58 of copy against 0.54 on a cluster of 2, 2048x16384
+// 0.61-0.62 against 0.53; not explained) and past 16384 in Softmax (there clusters won: 0.50 ->
+// 0.60 and 0.51 -> 0.57, 1.11x and 1.00x PyTorch) and the gradients (at 2 packs, 32768 held on 16
+// blocks: LogSoftmaxGrad 0.61 of copy against 0.74 in two passes, SoftmaxGrad 0.61 against 0.62).
+// The limits are in elements, not blocks, so that they stay where they were measured whatever a
+// block holds. Everything else stays on chip: the gradients (f32 0.80-0.90 of
 // copy against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an
 // H100 and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one
 // exception, 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65
 // on an H100).
 inline bool two_passes_faster(const SoftmaxDesc& d) {
-  return d.dtype == DType::f64 && d.axis_len > (is_grad(d.kind) ? 16384 : 4096);
+  return d.dtype == DType::f64 && d.axis_len > (d.kind == SoftmaxKind::log_softmax ? 4096 : 16384);
 }
 
 // ---- a non-last axis (inner > 1) --------------------------------------------------------------

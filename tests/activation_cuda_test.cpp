@@ -5,6 +5,7 @@
 // from the context's allocator. Built into activation_test with the CUDA backend; every test
 // reports SKIPPED where no GPU is visible.
 #include <optional>
+#include <string>
 
 #include "cuda_support.hpp"
 
@@ -153,20 +154,28 @@ TEST_F(Cuda, GeluF64Tails) {
   }
 }
 
-// Many rows of 64 with a ragged last batch and remainder rows, with and without dB: f32 with dB
-// runs the 2-D bias kernel's row batches; the other cases, aligned rows of whole 16-byte packs,
-// take the row kernels (bias_row_vec16 for 16-bit with dB, flat_bias_vec16 without dB).
+// Many rows of 64 with a ragged last batch and remainder rows, with and without dB. Aligned, only
+// f32 with dB runs the 2-D bias kernel's row batches (the row kernels take 16-bit with dB and every
+// case without dB); rows that start off a 16-byte boundary send every case there.
 TEST_F(Cuda, BiasKernelManyRowBatches) {
   for (DType t : {DType::f32, DType::bf16})
     for (OpId id : {OpId::BiasGeluGrad_dX, OpId::BiasFastGeluGrad_dX})
-      for (bool without_db : {false, true}) {
-        Problem p;
-        p.op = id;
-        p.sig = {{t, t, t}};
-        p.shape = {200003, 64};
-        if (without_db) p.skip_output = {false, true};
-        ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
-      }
+      for (bool without_db : {false, true})
+        for (bool misaligned : {false, true}) {
+          Problem p;
+          p.op = id;
+          p.sig = {{t, t, t}};
+          p.shape = {200003, 64};
+          p.misaligned = misaligned;
+          if (without_db) p.skip_output = {false, true};
+          ASSERT_NO_FATAL_FAILURE(check_gpu_and_cpu(p));
+          if (!misaligned) continue;
+          p.device = Device::cuda();
+          std::string name;
+          ASSERT_TRUE(Case(p).implementation(&name).is_ok());
+          EXPECT_EQ(name.rfind("cuda:bias_2d", 0), 0u)
+              << dtype_name(t) << (without_db ? "" : " with dB") << ": " << name;
+        }
 }
 
 // More than 65,535 rows on the bias path (the sweeps cover the flat one).

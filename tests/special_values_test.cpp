@@ -1,4 +1,5 @@
-// Special values through every op, dtype signature and device of the build: NaN, +-Inf, +-0,
+// Special values through every op, dtype signature and device of the build (on the CPU, every SIMD
+// target this CPU runs, each with its own conversions and vector math): NaN, +-Inf, +-0,
 // the smallest and largest subnormals and the largest finite values of each dtype, placed in the
 // first vector, the middle and the tail of each input, must come out as the float64 oracle says
 // (NaN where it gives NaN, the same infinity where it gives one, within the op's tolerance
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/simd.hpp"
 #include "harness/checker.hpp"
 
 namespace gradops::testing {
@@ -94,15 +96,23 @@ bool agrees(double got, double exact, DType t, const check::Tolerance& tol, std:
   return std::fabs(got - want) <= tol.abs + tol.rel * std::fabs(exact);
 }
 
-std::vector<Device> devices() {
-  std::vector<Device> d = {Device::cpu()};
+// Where the cases run: the CPU once per SIMD target (best first), then the GPU if there is one.
+struct Where {
+  Device device;
+  std::string simd_target;  // empty for a GPU
+};
+std::vector<Where> places() {
+  std::vector<Where> w;
+  const char* names[8];
+  const int n = cpu::supported_simd_targets(names, 8);
+  for (int i = 0; i < n; ++i) w.push_back({Device::cpu(), names[i]});
 #if defined(GRADOPS_HAVE_CUDA)
   // Only where a driver and a device are there: without them the harness cannot even allocate.
   std::string why;
   if (const check::DeviceMemory* m = check::device_memory(DeviceType::cuda); m && m->usable(0, &why))
-    d.push_back(Device::cuda(0));
+    w.push_back({Device::cuda(0), {}});
 #endif
-  return d;
+  return w;
 }
 
 // Deviations from the oracle found by this test and not fixed yet (docs/robustness.md lists them):
@@ -131,7 +141,8 @@ TEST_P(SpecialValues, PropagateAsTheOracleSays) {
   const OpSchema& op = *find_op(GetParam());
   int cases = 0, failures = 0, known = 0;
   std::string known_reasons;
-  for (Device dev : devices())
+  const std::vector<Where> where_all = places();
+  for (const Where& place : where_all)
     for (const TypeSignature& sig : op.signatures)
       for (std::size_t input = 0; input < op.inputs.size(); ++input)
         for (const Special& sp : kSpecials) {
@@ -139,8 +150,12 @@ TEST_P(SpecialValues, PropagateAsTheOracleSays) {
           p.op = op.id;
           p.sig = sig;
           p.shape = shape_for(op);
-          p.device = dev;
+          p.device = place.device;
           p.misalign_bytes = 0;
+          if (!place.simd_target.empty() && !cpu::force_simd_target(place.simd_target)) {
+            ADD_FAILURE() << "cannot force SIMD target " << place.simd_target;
+            continue;
+          }
           const DType in_type = check::input_dtype(p, static_cast<int>(input));
           const double v = sp.value(in_type);
           oracle::Tensors edited;
@@ -161,7 +176,8 @@ TEST_P(SpecialValues, PropagateAsTheOracleSays) {
             continue;
           }
           const Status s = c.run();
-          const std::string where = check::describe(p) + " on " + device_type_name(dev.type) + ", " + sp.name +
+          const std::string where = check::describe(p) + " on " + device_type_name(place.device.type) +
+                                    (place.simd_target.empty() ? "" : " (" + place.simd_target + ")") + ", " + sp.name +
                                     " in '" + std::string(op.inputs[input].name) + "'";
           if (!s) {
             ADD_FAILURE() << where << ": " << s.to_string();
@@ -182,6 +198,8 @@ TEST_P(SpecialValues, PropagateAsTheOracleSays) {
             }
           }
         }
+  if (!where_all.empty() && !where_all.front().simd_target.empty())
+    cpu::force_simd_target(where_all.front().simd_target);  // the best target again
   EXPECT_GT(cases, 0);
   RecordProperty("cases", cases);
   RecordProperty("known_deviations_skipped", known);

@@ -110,9 +110,12 @@ struct Named {
   std::string_view name;
   int64_t target;
 };
-// HWY_TARGETS here is the set compiled into gradops (HWY_DISABLED_TARGETS applies).
+// HWY_TARGETS here is the set compiled into gradops (HWY_DISABLED_TARGETS applies). "portable" is
+// Highway's emulated 128-bit target where it is compiled, else its scalar one: x86 builds with
+// Highway 1.0.3 compile the scalar target as their fallback below SSE4, and not EMU128.
+constexpr int64_t kPortable = (HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR;
 constexpr Named kTargets[] = {
-    {"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"sse4", HWY_SSE4}, {"portable", HWY_EMU128}};
+    {"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"sse4", HWY_SSE4}, {"portable", kPortable}};
 
 int64_t available() { return hwy::SupportedTargets() & HWY_TARGETS; }
 

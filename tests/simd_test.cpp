@@ -198,17 +198,18 @@ TEST_P(SimdTarget, EveryOpMatchesTheOracleWithoutNativeBf16) {
   cpu::set_native_bf16(true);
 }
 
+// Every 61st f32 bit pattern: both signs, normal, subnormal, inf and NaN, in every binade.
+std::vector<float> every_61st_f32() {
+  std::vector<float> v;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 61) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  return v;
+}
+
 // f32 -> bf16 as the kernels round it, on every target and (on AVX-512) both conversion paths,
 // against the exact scalar conversion: every 61st bit pattern of both signs (normal, subnormal,
 // inf, NaN) and ties to even.
 TEST_P(SimdTarget, Bf16RoundingIsExact) {
-  std::vector<float> in;
-  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 61) {
-    float v;
-    const uint32_t b = static_cast<uint32_t>(bits);
-    std::memcpy(&v, &b, 4);
-    in.push_back(v);
-  }
+  std::vector<float> in = every_61st_f32();
   for (uint32_t b : {0x3f808000u, 0x3f818000u, 0x00008000u, 0x00018000u, 0x807fffffu, 0x7f7fffffu, 0x7f7f8000u})
     for (int k = 0; k < 16; ++k) in.push_back(std::bit_cast<float>(b));
   for (bool native : {true, false}) {
@@ -249,8 +250,7 @@ TEST_P(SimdTarget, HalfConversionsAreExact) {
   }
   EXPECT_EQ(wrong, 0) << GetParam() << " widening";
 
-  std::vector<float> in;
-  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 61) in.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  std::vector<float> in = every_61st_f32();
   // Halfway cases (1 + 2^-11, 1 + 3 * 2^-11), the largest finite and the overflow threshold (65520).
   for (float v : {1.00048828125f, 1.00146484375f, 65504.0f, 65519.99f, 65520.0f, 5.96046448e-8f, 2.98023224e-8f})
     for (float s : {1.0f, -1.0f}) in.push_back(s * v);

@@ -566,8 +566,9 @@ Status run_bias(std::string_view op, const ActivationDesc& d, const Context& ctx
     a.units = a.head + a.packs + (d.cols - a.head - a.packs * VEC);
   }
   // Column units per block row: 32 (fewer for narrow rows), a warp reading 512 contiguous bytes of
-  // a row. A max_tx above 32 (the default, kBiasMaxTx, is 32) would take the widest of max_tx, ...,
-  // 64 that leaves at most an eighth of its threads without a column.
+  // a row. The library passes kBiasMaxTx (32); the lab harness (lab/cuda/lab_activation.cu) passes
+  // wider max_tx, which takes the widest of max_tx, ..., 64 leaving at most an eighth of its
+  // threads without a column.
   int tx = static_cast<int>(std::min<int64_t>(32, pow2_ceil(a.units)));
   for (int w = max_tx; w > 32; w /= 2)
     if (a.units >= w && (ceil_div(a.units, w) * w - a.units) * 8 <= a.units) {

@@ -104,9 +104,10 @@ TEST(Softmax, ResultsDoNotDependOnThreadCount) {
     int64_t axis;
   };
   // Each big enough for 4 threads: rows; strided with several outer slices; strided with one slice
-  // split into inner blocks.
+  // split into inner blocks; slabs past the cache budget, in blocks that fit it.
   // Folded narrow inner sizes (many slabs, each a few vectors with a partial one at the end).
-  const Shape shapes[] = {{{200, 700}, -1}, {{4, 67, 523}, 1}, {{1, 32, 4099}, 1}, {{1024, 33, 5}, 1}, {{2048, 7, 17}, 1}};
+  const Shape shapes[] = {{{200, 700}, -1}, {{4, 67, 523}, 1}, {{1, 32, 4099}, 1}, {{2, 1024, 700}, 1},
+                          {{1024, 33, 5}, 1}, {{2048, 7, 17}, 1}};
   for (OpId id : softmax_ops()) {
     for (DType t : {DType::f32, DType::bf16}) {
       for (const Shape& s : shapes) {

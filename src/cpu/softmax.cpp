@@ -15,10 +15,10 @@
 //       they are masked out of the forwards' max and sum.
 //     - otherwise: whole rows of inner positions, one accumulator lane per position, updated by
 //       a contiguous vector loop over the row while walking down the axis; the slab is one
-//       contiguous run. Slabs past the cache budget are read from memory by both passes: column
-//       blocks narrow enough to stay in L2 read strided runs instead, which ran slower (up to
-//       1.7x) than the second read on every shape measured. Slabs too few for the threads are
-//       cut into blocks of columns.
+//       contiguous run. A slab past the cache budget goes in blocks of columns whose inputs fit
+//       it, so that the write pass reads them back from L2, where the block's runs (a row apart)
+//       are at least 256 bytes; otherwise its write pass reads it from memory again. Slabs too
+//       few for the threads are cut into blocks of columns too.
 //     A tile (a folded slab, a slab or a block) is read from memory by its first pass (the
 //     gradients' sum, the forwards' max) and written from cache, where it fits, by its write
 //     pass; a thread runs tile u's write pass in one loop with tile u + 1's first pass, so reads
@@ -67,6 +67,7 @@ using ::gradops::detail::SoftmaxKind;
 
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write
 constexpr int64_t kMaxFoldVectors = 64;  // the most vectors lcm(inner, lanes) may span to fold
+constexpr int64_t kMinBlockRun = 256;    // bytes: the shortest run a row of a column block may have
 
 template <class D> using V = hn::Vec<D>;
 
@@ -246,19 +247,24 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // per pass, against slab / L for the pass itself.
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
   } else {
-    // Not folded, a tile is the slab in whole rows: lane i of vector k in a row serves inner
-    // position i0 + k L + i. Where the slab's inputs pass the cache budget, the write pass reads
-    // them from memory again; blocks of columns that stayed within it (strided runs of 384 bytes
-    // to 2 KiB, a row apart) ran at 0.35-0.44 of copy where whole rows run at 0.48-0.60
-    // (lab/cpu/NOTES.md, section 24). Where the slabs are too few to share out over the threads
-    // that will run, each is cut into blocks of columns (a multiple of L wide), until no thread
-    // takes more than a quarter over its share. A block changes which thread sums a column, not
-    // the order of its sum.
+    // Not folded, a tile is the slab in whole rows, or a block of its columns (a multiple of L
+    // wide): lane i of vector k in a row serves inner position i0 + k L + i. Where the slab's
+    // inputs pass the cache budget, whole rows would have the write pass read them from memory
+    // again; blocks whose inputs fit the budget are read back from L2, their rows runs a row apart
+    // (prefetched by `ahead` below). Such runs must be at least kMinBlockRun long: 64x1024x4096
+    // f32 in 384-byte runs took 0.55-0.75 of the time of whole rows, 32x2048x4096 in 192-byte
+    // runs 1.1-1.3x it (lab/cpu/NOTES.md, section 29). Blocks larger than the budget lose to whole
+    // rows (section 24). Where the tiles are too few to share out over the threads that will run,
+    // the blocks narrow further, until no thread takes more than a quarter over its share. A block
+    // changes which thread sums a column, not the order of its sum.
     const int64_t threads = slot_count(desc.outer * slab, kGrain, ctx);
     const auto uneven = [&](int64_t p) {
       const int64_t tiles = desc.outer * p;
       return chunk_count(tiles, threads) * threads * 4 > tiles * 5;
     };
+    const int64_t fits = l2_reuse_bytes() / (n * elem_bytes) / L * L;  // columns whose tile fits the budget
+    if (slab * elem_bytes > l2_reuse_bytes() && fits * static_cast<int64_t>(sizeof(T)) >= kMinBlockRun)
+      per_slice = chunk_count(inner, fits);
     while (per_slice < chunk_count(inner, L) && uneven(per_slice)) ++per_slice;
     block = chunk_count(chunk_count(inner, per_slice), L) * L;
     per_slice = chunk_count(inner, block);

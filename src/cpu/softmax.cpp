@@ -252,7 +252,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // inputs pass the cache budget, whole rows would have the write pass read them from memory
     // again; blocks whose inputs fit the budget are read back from L2, their rows runs a row apart
     // (prefetched by `ahead` below). Such runs must be at least kMinBlockRun long: 64x1024x4096
-    // f32 in 384-byte runs took 0.55-0.75 of the time of whole rows, 32x2048x4096 in 192-byte
+    // f32 in 384-byte runs took 0.6-0.85 of the time of whole rows, 32x2048x4096 in 192-byte
     // runs 1.1-1.3x it (lab/cpu/NOTES.md, section 29). Blocks larger than the budget lose to whole
     // rows (section 24). Where the tiles are too few to share out over the threads that will run,
     // the blocks narrow further, until no thread takes more than a quarter over its share. A block

@@ -315,12 +315,16 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     const T* HWY_RESTRICT yr = y + at(t, r);
     const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
     const int64_t skip = ahead && r + ahead < n ? ahead * inner : 0;
+    // Longer runs prefetch kPrefetchBytes ahead in the order the pass walks: a block's row continues
+    // in the next row, `gap` elements on (whole rows and folded runs are contiguous: no gap).
+    const int64_t w = len(t, r), gap = folded ? 0 : inner - t.w;
     A* HWY_RESTRICT s = t.s;
     A* HWY_RESTRICT m = t.m;
     return [=](VA acc, int64_t j, int64_t valid) -> VA {
       if (!ahead) {
-        PrefetchAhead(yr + j);
-        if constexpr (kGrad) PrefetchAhead(gr + j);
+        const int64_t k = j + (j + kPrefetchBytes / int64_t{sizeof(T)} >= w ? gap : 0);
+        PrefetchAhead(yr + k);
+        if constexpr (kGrad) PrefetchAhead(gr + k);
       } else if (skip && j == 0) {
         for (int64_t b = 0; b < run_bytes; b += 64) {
           hwy::Prefetch(reinterpret_cast<const char*>(yr + skip) + b);

@@ -104,10 +104,11 @@ TEST(Softmax, ResultsDoNotDependOnThreadCount) {
     int64_t axis;
   };
   // Each big enough for 4 threads: rows; strided with several outer slices; strided with one slice
-  // split into inner blocks; slabs past the cache budget, in blocks that fit it.
+  // split into inner blocks; slabs past the cache budget, in blocks that fit it; slabs past the L2
+  // budget that an eighth of a 32 MiB L3 holds for one thread, not four (whole rows, then blocks).
   // Folded narrow inner sizes (many slabs, each a few vectors with a partial one at the end).
-  const Shape shapes[] = {{{200, 700}, -1}, {{4, 67, 523}, 1}, {{1, 32, 4099}, 1}, {{2, 1024, 700}, 1},
-                          {{1024, 33, 5}, 1}, {{2048, 7, 17}, 1}};
+  const Shape shapes[] = {{{200, 700}, -1},  {{4, 67, 523}, 1},  {{1, 32, 4099}, 1}, {{2, 1024, 700}, 1},
+                          {{4, 512, 600}, 1}, {{1024, 33, 5}, 1}, {{2048, 7, 17}, 1}};
   for (OpId id : softmax_ops()) {
     for (DType t : {DType::f32, DType::bf16}) {
       for (const Shape& s : shapes) {

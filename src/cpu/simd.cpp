@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include <unistd.h>
 
@@ -156,6 +158,28 @@ int64_t l2_reuse_bytes() {
   static const int64_t bytes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return l2 >= (int64_t{64} << 10) ? static_cast<int64_t>(l2) / 4 * 3 : int64_t{512} << 10;
+  }();
+  return bytes;
+}
+
+int64_t llc_bytes() {
+  static const int64_t bytes = [] {
+    int64_t best = 0;  // the size of the highest level listed
+    int best_level = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      int level = 0;
+      int64_t size = 0;
+      std::string unit;  // the kernel writes "32768K"
+      if (!(level_file >> level) || !(size_file >> size) || level <= best_level) continue;
+      size_file >> unit;
+      best_level = level;
+      best = size << (unit == "M" ? 20 : unit == "K" ? 10 : 0);
+    }
+    if (best >= (int64_t{1} << 20)) return best;
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 >= (1L << 20) ? static_cast<int64_t>(l3) : int64_t{32} << 20;
   }();
   return bytes;
 }

@@ -50,6 +50,12 @@ void set_stream_min_bytes(int64_t bytes);
 // again, never a reduction order, so a machine-dependent value cannot change results.
 int64_t l2_reuse_bytes();
 
+// The last-level cache that CPU 0 shares with its neighbours, as the OS's cache topology gives it
+// (/sys/devices/system/cpu/cpu0/cache): a Zen 4 CCD's 32 MiB, not the package total that
+// sysconf reports (384 MiB on a 12-CCD EPYC). Falls back to sysconf, then to 32 MiB. Like
+// l2_reuse_bytes it decides where data is read again, never a reduction order.
+int64_t llc_bytes();
+
 // Whether the AVX-512 target rounds f32 to bf16 with the CPU's AVX512-BF16 conversion (where the
 // CPU has it) instead of integer arithmetic. Both round to nearest even and quiet NaNs; the
 // instruction flushes subnormal inputs to zero, so vectors holding one take the integer path.

@@ -254,16 +254,21 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // (prefetched by `ahead` below). Such runs must be at least kMinBlockRun long: 64x1024x4096
     // f32 in 384-byte runs took 0.6-0.85 of the time of whole rows, 32x2048x4096 in 192-byte
     // runs 1.1-1.3x it (lab/cpu/NOTES.md, section 29). Blocks larger than the budget lose to whole
-    // rows (section 24). Where the tiles are too few to share out over the threads that will run,
-    // the blocks narrow further, until no thread takes more than a quarter over its share. A block
-    // changes which thread sums a column, not the order of its sum.
+    // rows (section 24). And blocks pay only where the second read would go to memory: where the
+    // slabs the threads hold at once fit an eighth of the L3, whole rows read them back from it
+    // and won (256x512x512 f32 at 2 threads: 0.73-0.86 of copy against blocks' 0.59-0.78 on a
+    // Zen 4 CCD, 1.2-1.3x faster on a 300 MiB Xeon L3); at twice that, blocks won (section 30).
+    // Where the tiles are too few to share out over the threads that will run, the blocks narrow
+    // further, until no thread takes more than a quarter over its share. A block changes which
+    // thread sums a column, not the order of its sum.
     const int64_t threads = slot_count(desc.outer * slab, kGrain, ctx);
     const auto uneven = [&](int64_t p) {
       const int64_t tiles = desc.outer * p;
       return chunk_count(tiles, threads) * threads * 4 > tiles * 5;
     };
     const int64_t fits = l2_reuse_bytes() / (n * elem_bytes) / L * L;  // columns whose tile fits the budget
-    if (slab * elem_bytes > l2_reuse_bytes() && fits * static_cast<int64_t>(sizeof(T)) >= kMinBlockRun)
+    const bool past_llc = slab * elem_bytes * threads > llc_bytes() / 8;
+    if (slab * elem_bytes > l2_reuse_bytes() && past_llc && fits * static_cast<int64_t>(sizeof(T)) >= kMinBlockRun)
       per_slice = chunk_count(inner, fits);
     while (per_slice < chunk_count(inner, L) && uneven(per_slice)) ++per_slice;
     block = chunk_count(chunk_count(inner, per_slice), L) * L;

@@ -257,7 +257,8 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // rows (section 24). And blocks pay only where the second read would go to memory: where the
     // slabs the threads hold at once fit an eighth of the L3, whole rows read them back from it
     // and won (256x512x512 f32 at 2 threads: 0.73-0.86 of copy against blocks' 0.59-0.78 on a
-    // Zen 4 CCD, 1.2-1.3x faster on a 300 MiB Xeon L3); at twice that, blocks won (section 30).
+    // Zen 4 CCD, 1.2-1.3x faster on a 300 MiB Xeon L3); at twice that, SoftmaxGrad_13 still
+    // gained from blocks (section 30).
     // Where the tiles are too few to share out over the threads that will run, the blocks narrow
     // further, until no thread takes more than a quarter over its share. A block changes which
     // thread sums a column, not the order of its sum.

@@ -1,10 +1,10 @@
 // The BatchNorm family on CUDA against the float64 oracle and the CPU implementation: both ops and
 // the four halves of their split, every signature, both layouts; reduce + apply against the fused
-// op bit for bit, and a batch cut in two with its halves' sums added; ranks 1 to 5, C = 1 to 8192, each kernel (runs and
-// columns, 16-byte packs and single elements); empty and one-value batches; sums near the f16
-// maximum; misaligned bases (and pointers off their element size, declined with a reason); a
-// tensor of more than 2^31 elements in each layout; bitwise repeatability; the caller's stream;
-// kernels holding multiprocessors beside the fused ops.
+// op bit for bit, and a batch cut in two with its halves' sums added; ranks 1 to 5, C = 1 to
+// 8192, each kernel (runs and columns, 16-byte packs and single elements); empty and one-value
+// batches; sums near the f16 maximum; misaligned bases (and pointers off their element size,
+// declined with a reason); a tensor of more than 2^31 elements in each layout; bitwise
+// repeatability; the caller's stream; kernels holding multiprocessors beside the fused ops.
 // Every test reports SKIPPED where no GPU is visible.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -351,8 +351,8 @@ std::string what(const Batch& b) {
 // of single elements; NHWC rows of packs and not; one channel; many groups; Mc = 1 and 0. The
 // fused op holds a channel on chip (in plain blocks, in clusters of 2 and of 16) where it fits;
 // the channels of [4, 2, 400, 400] do not fit a cluster at 32 bits, so its fused op runs the
-// reduce, sums and apply kernels, as NHWC's ([400000, 8] among them) always does (in one tile of channels, and in
-// several with a shorter last one: 1000 channels in packs, 1001 not).
+// reduce, sums and apply kernels, as NHWC's ([400000, 8] among them) always does (in one tile of
+// channels, and in several with a shorter last one: 1000 channels in packs, 1001 not).
 struct Shape {
   std::vector<int64_t> shape;
   bool last;

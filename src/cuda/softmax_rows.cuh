@@ -98,11 +98,11 @@ inline int row_blocks(const SoftmaxDesc& d, int n = 0) {
 // 0.60 and 0.51 -> 0.57, 1.11x and 1.00x PyTorch) and the gradients (at 2 packs, 32768 held on 16
 // blocks: LogSoftmaxGrad 0.61 of copy against 0.74 in two passes, SoftmaxGrad 0.61 against 0.62).
 // The limits are in elements, not blocks, so that they stay where they were measured whatever a
-// block holds. Everything else stays on chip: the gradients (f32 0.80-0.90 of
-// copy against 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an
-// H100 and 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one
-// exception, 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65
-// on an H100).
+// block holds. Everything else stays on chip: the gradients (f32 0.80-0.90 of copy against
+// 0.71-0.76 at 32768 and 50257 on an H200; 16-bit 0.88-0.94 against 0.77-0.88 on an H100 and
+// 0.75-0.86 against 0.62-0.85 on an H200, where LogSoftmaxGrad at 50257 is the one exception,
+// 0.75 against 0.80-0.85) and the f32 and 16-bit forwards (0.65-0.93 against 0.57-0.65 on an
+// H100).
 inline bool two_passes_faster(const SoftmaxDesc& d) {
   return d.dtype == DType::f64 && d.axis_len > (d.kind == SoftmaxKind::log_softmax ? 4096 : 16384);
 }

@@ -15,10 +15,11 @@
 //       they are masked out of the forwards' max and sum.
 //     - otherwise: whole rows of inner positions, one accumulator lane per position, updated by
 //       a contiguous vector loop over the row while walking down the axis; the slab is one
-//       contiguous run. A slab past the cache budget goes in blocks of columns whose inputs fit
-//       it, so that the write pass reads them back from L2, where the block's runs (a row apart)
-//       are at least 256 bytes; otherwise its write pass reads it from memory again. Slabs too
-//       few for the threads are cut into blocks of columns too.
+//       contiguous run. A slab past the cache budget, where the slabs the threads hold at once
+//       also pass an eighth of the L3, goes in blocks of columns whose inputs fit the budget, so
+//       that the write pass reads them back from L2, where the block's runs (a row apart) are at
+//       least 256 bytes; otherwise its write pass reads it again from the L3, or from memory.
+//       Slabs too few for the threads are cut into blocks of columns too.
 //     A tile (a folded slab, a slab or a block) is read from memory by its first pass (the
 //     gradients' sum, the forwards' max) and written from cache, where it fits, by its write
 //     pass; a thread runs tile u's write pass in one loop with tile u + 1's first pass, so reads
@@ -232,6 +233,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   constexpr bool kSoftmax = kKind == SoftmaxKind::softmax;
   const int64_t slab = n * inner;  // one outer index's elements, contiguous
   const int64_t elem_bytes = static_cast<int64_t>(sizeof(T)) * (kGrad ? 2 : 1) + (kSoftmax ? int64_t{sizeof(A)} : 0);
+  const int64_t slab_bytes = slab * elem_bytes;  // what a pass over one slab reads (Softmax: and parks)
 
   // Narrow inner sizes fold: the slab is one contiguous run read a whole vector at a time, lane c
   // of the vector at offset j accumulating into acc[(j + c) mod W], W a multiple of lcm(inner, L);
@@ -240,7 +242,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // vectors: one run of whole vectors then replaces a run a row, whose head and tail (where the
   // row is not vector-aligned in memory) cost a partial line each.
   const int64_t lcm = std::lcm(inner, L);
-  const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab * elem_bytes <= l2_reuse_bytes());
+  const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab_bytes <= l2_reuse_bytes());
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
@@ -268,8 +270,8 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
       return chunk_count(tiles, threads) * threads * 4 > tiles * 5;
     };
     const int64_t fits = l2_reuse_bytes() / (n * elem_bytes) / L * L;  // columns whose tile fits the budget
-    const bool past_llc = slab * elem_bytes * threads > llc_bytes() / 8;
-    if (slab * elem_bytes > l2_reuse_bytes() && past_llc && fits * static_cast<int64_t>(sizeof(T)) >= kMinBlockRun)
+    const bool reread_from_memory = slab_bytes > l2_reuse_bytes() && slab_bytes * threads > llc_bytes() / 8;
+    if (reread_from_memory && fits * static_cast<int64_t>(sizeof(T)) >= kMinBlockRun)
       per_slice = chunk_count(inner, fits);
     while (per_slice < chunk_count(inner, L) && uneven(per_slice)) ++per_slice;
     block = chunk_count(chunk_count(inner, per_slice), L) * L;

@@ -41,6 +41,7 @@ void EvalVectorMath(VectorMath f, const T* in, T* out, int64_t n) {
     switch (f) {
       case VectorMath::erfc: v = VErfc(d, v); break;
       case VectorMath::exp: v = VExp(d, v); break;
+      case VectorMath::exp_for_16bit: v = VExpFor16Bit(d, v); break;
       case VectorMath::tanh: v = VTanh(d, v); break;
       case VectorMath::log: v = VLog(d, v); break;
     }

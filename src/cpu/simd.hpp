@@ -22,7 +22,7 @@ int supported_simd_targets(const char** names, int capacity);
 
 // The vector transcendentals the kernels use, on the current target, lane by lane over n
 // values (for the ulp tests).
-enum class VectorMath { erfc, exp, tanh, log };
+enum class VectorMath { erfc, exp, exp_for_16bit, tanh, log };
 void eval_vector_math(VectorMath f, const float* in, float* out, int64_t n);
 void eval_vector_math(VectorMath f, const double* in, double* out, int64_t n);
 

@@ -77,8 +77,7 @@ template <class D> using V = hn::Vec<D>;
 // being most of their write pass's instructions.
 template <class T, class D>
 HWY_INLINE V<D> Exp(D d, V<D> v) {
-  if constexpr (sizeof(T) == 2) return VExpFor16Bit(d, v);
-  else return VExp(d, v);
+  return VExpFor<sizeof(T) == 2>(d, v);
 }
 
 // Splits [0, units) into equal contiguous ranges, one per thread and at most one per `grain` units

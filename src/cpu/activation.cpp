@@ -44,9 +44,6 @@ using LaneTag = std::conditional_t<kWide && std::is_same_v<T, float>, hn::Scalab
 
 template <class D> using V = hn::Vec<D>;
 
-// Where the output is f16 or bf16: the shorter exp (cpu/simd-inl.h).
-template <class T> constexpr bool k16Bit = sizeof(T) == 2;
-
 // GELU'(z) for z = hi + lo exactly (lo: the rounding error of a bias add, else 0), from one exp
 // and no erfc (the figures below are for f32 lanes; f64 lanes take a degree-24 P and no Taylor
 // band): with a = |hi|, e = exp(-a^2/2) and h = erfcx(a/sqrt2)/2, Phi(-a) = e h, so that, with no
@@ -109,7 +106,7 @@ template <class D> void ExactSquare(D d, V<D> a, V<D>& sq, V<D>& sq_lo) {
 
 // The tail both GELU forms share, at a = |hi| clamped at 64 (e is 0 long before): e = exp(-a^2/2)
 // (a^2 split exactly, sq its rounded part) and h = erfcx(a/sqrt2)/2, so that Phi(-a) = e h.
-template <bool k16, class D> void GeluTail(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& sq) {
+template <class TOut, class D> void GeluTail(D d, V<D> hi, V<D>& a, V<D>& e, V<D>& h, V<D>& sq) {
   using L = hn::TFromD<D>;
   const auto half = hn::Set(d, L(0.5)), one = hn::Set(d, L(1)), k = hn::Set(d, L(3));
   a = hn::Min(hn::Abs(hi), hn::Set(d, L(64)));
@@ -127,7 +124,7 @@ template <bool k16, class D> void GeluTail(D d, V<D> hi, V<D>& a, V<D>& e, V<D>&
   h = hn::Mul(half, hn::MulAdd(p, inv_den, inv_den));
   V<D> sq_lo;
   ExactSquare(d, a, sq, sq_lo);
-  const auto ex = VExpFor<k16>(d, hn::Mul(hn::Neg(half), sq));
+  const auto ex = VExpFor<TOut>(d, hn::Mul(hn::Neg(half), sq));
   e = hn::NegMulAdd(hn::Mul(half, sq_lo), ex, ex);
 }
 
@@ -142,10 +139,10 @@ template <class D> V<D> GeluDerivativeMain(D d, V<D> hi, V<D> a, V<D> e, V<D> h)
 // GELU'(z) for z = hi + lo exactly, on either lane type; kSplit: lo is the rounding error of a bias
 // add (else lo is 0, and its terms are not computed). In f32 lanes, within kGeluZeroBand of
 // the zero near -0.75 the Taylor polynomial.
-template <bool kSplit, bool k16, class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
+template <bool kSplit, class TOut, class D> V<D> GeluDerivativeSplit(D d, V<D> hi, V<D> lo) {
   using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
-  GeluTail<k16>(d, hi, a, e, h, sq);
+  GeluTail<TOut>(d, hi, a, e, h, sq);
   auto result = GeluDerivativeMain(d, hi, a, e, h);
   if constexpr (kSplit) {
     const auto second = hn::Mul(hn::Mul(e, hn::Set(d, static_cast<L>(kInvSqrt2Pi))), hn::Sub(hn::Set(d, L(2)), sq));
@@ -168,10 +165,10 @@ template <bool kSplit, bool k16, class D> V<D> GeluDerivativeSplit(D d, V<D> hi,
 // (about z^2) would otherwise magnify to 1e-5 relative by z = -13 in f32. The tail's relative
 // error (a few 1e-7 in f32 lanes, a few ulp in f64) carries over; -inf gives NaN (-inf times a
 // tail of 0), as z Phi(z) does in the oracle.
-template <bool kSplit, bool k16, class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
+template <bool kSplit, class TOut, class D> V<D> GeluSplit(D d, V<D> hi, V<D> lo) {
   using L = hn::TFromD<D>;
   V<D> a, e, h, sq;
-  GeluTail<k16>(d, hi, a, e, h, sq);
+  GeluTail<TOut>(d, hi, a, e, h, sq);
   const auto tail = hn::Mul(e, h);  // Phi(-|hi|)
   auto result = hn::Mul(hi, hn::IfThenElse(hn::Lt(hi, hn::Zero(d)), tail, hn::Sub(hn::Set(d, L(1)), tail)));
   if constexpr (kSplit) {
@@ -195,19 +192,19 @@ template <class D> V<D> FastGeluTwoU(D d, V<D> z) {
   const auto z3 = hn::Mul(hn::Mul(z, z), z);
   return hn::Mul(hn::Set(d, 2 * kSqrt2OverPi), hn::MulAdd(hn::Set(d, kFastGeluGamma), z3, z));
 }
-template <bool k16, class D> V<D> FastGelu(D d, V<D> z) { return hn::Mul(z, Sigmoid<k16>(d, FastGeluTwoU(d, z))); }
-template <bool k16, class D> V<D> FastGeluDerivative(D d, V<D> z) {
+template <class TOut, class D> V<D> FastGelu(D d, V<D> z) { return hn::Mul(z, Sigmoid<TOut>(d, FastGeluTwoU(d, z))); }
+template <class TOut, class D> V<D> FastGeluDerivative(D d, V<D> z) {
   const auto u2 = FastGeluTwoU(d, z);
-  const auto s = Sigmoid<k16>(d, u2);
-  const auto w = hn::Mul(s, Sigmoid<k16>(d, hn::Neg(u2)));  // s (1 - s) = (1 - tanh^2 u) / 4
+  const auto s = Sigmoid<TOut>(d, u2);
+  const auto w = hn::Mul(s, Sigmoid<TOut>(d, hn::Neg(u2)));  // s (1 - s) = (1 - tanh^2 u) / 4
   const auto poly = hn::MulAdd(hn::Set(d, 3 * kFastGeluGamma), hn::Mul(z, z), hn::Set(d, 1));
   const auto r = hn::MulAdd(hn::Mul(hn::Mul(hn::Set(d, 2 * kSqrt2OverPi), z), poly), w, s);
   return hn::IfThenElse(hn::Eq(w, hn::Zero(d)), s, r);  // saturated: avoids inf * 0 for huge |z|
 }
 
-template <bool k16, class D> V<D> QuickGeluDerivative(D d, V<D> x, V<D> alpha) {
+template <class TOut, class D> V<D> QuickGeluDerivative(D d, V<D> x, V<D> alpha) {
   const auto v = hn::Mul(alpha, x);
-  return hn::Mul(Sigmoid<k16>(d, v), hn::MulAdd(v, Sigmoid<k16>(d, hn::Neg(v)), hn::Set(d, 1)));
+  return hn::Mul(Sigmoid<TOut>(d, v), hn::MulAdd(v, Sigmoid<TOut>(d, hn::Neg(v)), hn::Set(d, 1)));
 }
 
 // out = f(d, dy, x) elementwise. Every element takes the same vector code (a partial vector goes
@@ -357,16 +354,16 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         return BiasOp<T, false>(d, ctx, [](auto t, auto g, auto x, auto b) {
           V<decltype(t)> hi, lo;
           TwoSum<decltype(t)>(x, b, hi, lo);
-          return hn::Mul(g, GeluDerivativeSplit<true, k16Bit<T>>(t, hi, lo));
+          return hn::Mul(g, GeluDerivativeSplit<true, T>(t, hi, lo));
         });
       return Plain<T, false>(d, ctx, [](auto t, auto g, auto x) {
-        return hn::Mul(g, GeluDerivativeSplit<false, k16Bit<T>>(t, x, hn::Zero(t)));
+        return hn::Mul(g, GeluDerivativeSplit<false, T>(t, x, hn::Zero(t)));
       });
     case K::fast_gelu_grad:
-      return Apply<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative<k16Bit<T>>(t, x)); });
+      return Apply<T, true>(d, ctx, [](auto t, auto g, auto x) { return hn::Mul(g, FastGeluDerivative<T>(t, x)); });
     case K::quick_gelu_grad:
       return Plain<T, true>(d, ctx, [alpha](auto t, auto g, auto x) {
-        return hn::Mul(g, QuickGeluDerivative<k16Bit<T>>(t, x, hn::Set(t, alpha)));
+        return hn::Mul(g, QuickGeluDerivative<T>(t, x, hn::Set(t, alpha)));
       });
     case K::relu_grad:
       return Plain<T, false>(d, ctx, [](auto t, auto g, auto x) { return hn::IfThenElseZero(hn::Gt(x, hn::Zero(t)), g); });
@@ -388,21 +385,21 @@ Status RunTyped(const ActivationDesc& d, const Context& ctx) {
         return BiasOp<T, false>(d, ctx, [](auto t, auto, auto x, auto b) {
           V<decltype(t)> hi, lo;
           TwoSum<decltype(t)>(x, b, hi, lo);
-          return GeluSplit<true, k16Bit<T>>(t, hi, lo);
+          return GeluSplit<true, T>(t, hi, lo);
         });
-      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) { return GeluSplit<false, k16Bit<T>>(t, x, hn::Zero(t)); });
+      return Plain<T, false>(d, ctx, [](auto t, auto, auto x) { return GeluSplit<false, T>(t, x, hn::Zero(t)); });
     case K::fast_gelu:
-      return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu<k16Bit<T>>(t, x); });
+      return Apply<T, true>(d, ctx, [](auto t, auto, auto x) { return FastGelu<T>(t, x); });
     case K::quick_gelu:
       return Plain<T, true>(d, ctx, [alpha](auto t, auto, auto x) {
-        return hn::Mul(x, Sigmoid<k16Bit<T>>(t, hn::Mul(hn::Set(t, alpha), x)));
+        return hn::Mul(x, Sigmoid<T>(t, hn::Mul(hn::Set(t, alpha), x)));
       });
     case K::relu:  // NaN propagates
       return Plain<T, false>(d, ctx, [](auto t, auto, auto x) {
         return hn::IfThenElse(hn::Lt(x, hn::Zero(t)), hn::Zero(t), hn::IfThenElse(hn::Eq(x, hn::Zero(t)), hn::Zero(t), x));
       });
     case K::sigmoid:
-      return Plain<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid<k16Bit<T>>(t, x); });
+      return Plain<T, true>(d, ctx, [](auto t, auto, auto x) { return Sigmoid<T>(t, x); });
     case K::tanh:
       return Plain<T, true>(d, ctx, [](auto t, auto, auto x) { return VTanh(t, x); });
     case K::leaky_relu:

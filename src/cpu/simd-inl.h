@@ -406,18 +406,18 @@ HWY_INLINE hn::Vec<D> VExpFor16Bit(D d, hn::Vec<D> v) {
   return VExp(d, v);
 }
 
-// exp(v), the shorter form where the result is stored in 16 bits (kFor16Bit).
-template <bool kFor16Bit, class D>
+// exp(v) for a result stored as TOut: the shorter form where TOut is 16-bit.
+template <class TOut, class D>
 HWY_INLINE hn::Vec<D> VExpFor(D d, hn::Vec<D> v) {
-  if constexpr (kFor16Bit) return VExpFor16Bit(d, v);
+  if constexpr (sizeof(TOut) == 2) return VExpFor16Bit(d, v);
   else return VExp(d, v);
 }
 
-// 1 / (1 + exp(-v)): accurate for every v (exp overflow gives exactly 0).
-template <bool kFor16Bit = false, class D>
+// 1 / (1 + exp(-v)) for a result stored as TOut: accurate for every v (exp overflow gives exactly 0).
+template <class TOut, class D>
 HWY_INLINE hn::Vec<D> Sigmoid(D d, hn::Vec<D> v) {
   const auto one = hn::Set(d, 1);
-  return hn::Div(one, hn::Add(one, VExpFor<kFor16Bit>(d, hn::Neg(v))));
+  return hn::Div(one, hn::Add(one, VExpFor<TOut>(d, hn::Neg(v))));
 }
 
 // j mod w for 32-bit j by two multiplications instead of a division (Lemire, Kaser and Kurz,

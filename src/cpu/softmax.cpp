@@ -73,13 +73,6 @@ constexpr int64_t kMinBlockRun = 256;    // bytes: the shortest run a row of a c
 
 template <class D> using V = hn::Vec<D>;
 
-// exp for an output stored as T: 16-bit outputs take the shorter one (cpu/simd-inl.h), the exp
-// being most of their write pass's instructions.
-template <class T, class D>
-HWY_INLINE V<D> Exp(D d, V<D> v) {
-  return VExpFor<sizeof(T) == 2>(d, v);
-}
-
 // Splits [0, units) into equal contiguous ranges, one per thread and at most one per `grain` units
 // begun, and runs range(u0, u1, scratch) on each; every thread gets its own `scratch_len` compute
 // values (64-byte aligned).
@@ -167,7 +160,7 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
         s = hn::Set(d, ReduceLanes(d, acc, [](A a, A b) { return b > a ? b : a; }));
         const T* v = y + r * n;
         const A total = ReduceLanes(d, FoldBlocks(d, n, hn::Zero(d), [&](VA sum, int64_t j, int64_t valid) {
-          auto e = Exp<T>(d, hn::Sub(LoadWideN(d, v + j, valid), s));
+          auto e = VExpFor<T>(d, hn::Sub(LoadWideN(d, v + j, valid), s));
           if (park) hn::Store(e, d, scratch + j);
           if (valid < L) e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), e);
           return hn::Add(sum, e);
@@ -187,11 +180,11 @@ Status RunRows(const SoftmaxDesc& desc, const Context& ctx) {
         if constexpr (kKind == SoftmaxKind::softmax_grad) {
           return hn::Mul(LoadWideN(d, v + j, valid), hn::Sub(LoadWideN(d, g + j, valid), s));
         } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-          return hn::NegMulAdd(Exp<T>(d, LoadWideN(d, v + j, valid)), s, LoadWideN(d, g + j, valid));
+          return hn::NegMulAdd(VExpFor<T>(d, LoadWideN(d, v + j, valid)), s, LoadWideN(d, g + j, valid));
         } else if constexpr (kKind == SoftmaxKind::log_softmax) {
           return hn::Sub(hn::Sub(LoadWideN(d, v + j, valid), s), t);
         } else {
-          return hn::Mul(park && parked ? hn::LoadU(d, scratch + j) : Exp<T>(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
+          return hn::Mul(park && parked ? hn::LoadU(d, scratch + j) : VExpFor<T>(d, hn::Sub(LoadWideN(d, v + j, valid), s)), t);
         }
       };
     };
@@ -373,11 +366,11 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
       if constexpr (kKind == SoftmaxKind::softmax_grad) {
         return hn::Mul(LoadWideN(d, yr + j, valid), hn::Sub(LoadWideN(d, gr + j, valid), hn::LoadU(d, s + c)));
       } else if constexpr (kKind == SoftmaxKind::log_softmax_grad) {
-        return hn::NegMulAdd(Exp<T>(d, LoadWideN(d, yr + j, valid)), hn::LoadU(d, s + c), LoadWideN(d, gr + j, valid));
+        return hn::NegMulAdd(VExpFor<T>(d, LoadWideN(d, yr + j, valid)), hn::LoadU(d, s + c), LoadWideN(d, gr + j, valid));
       } else if constexpr (kKind == SoftmaxKind::log_softmax) {
         return hn::Sub(hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + c)), hn::LoadU(d, s + c));
       } else {
-        const auto x = parked_here ? hn::LoadU(d, e + j) : Exp<T>(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + c)));
+        const auto x = parked_here ? hn::LoadU(d, e + j) : VExpFor<T>(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::LoadU(d, m + c)));
         return hn::Mul(x, hn::LoadU(d, s + c));
       }
     };
@@ -429,7 +422,7 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
         const int64_t w = len(t, r);
         for (int64_t j = 0; j < w; j += L) {
           const int64_t valid = std::min(L, w - j), c = acc_of(j);
-          auto x = Exp<T>(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::Load(d, m + c)));
+          auto x = VExpFor<T>(d, hn::Sub(LoadWideN(d, yr + j, valid), hn::Load(d, m + c)));
           if (park) hn::Store(x, d, e + j);
           if (valid < L) x = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(valid)), x);
           hn::Store(hn::Add(hn::Load(d, s + c), x), d, s + c);

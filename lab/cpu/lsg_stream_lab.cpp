@@ -1,22 +1,24 @@
 // What a one-pass bf16 LogSoftmaxGrad-like write costs from memory: out = dy - exp(y) s, y and dy
 // read, out written, with and without the exp, with plain and non-temporal stores, on every thread
 // given. Each variant's output is first checked against a float64 formula (half a bf16 step, plus
-// f32's error on the terms), then the four are timed in alternation. Prints GB/s under the bytes model (6 bytes an element).
+// f32's error on the terms), then the four are timed in alternation, 5 rounds of a median of 3
+// runs each. Prints each variant's best round in GB/s under the bytes model (6 bytes an element).
 // lab/cpu/NOTES.md, section 33.
 //
 //   g++ -O2 -fopenmp -mavx512f -mavx512bw -mavx512dq -mavx512vl lab/cpu/lsg_stream_lab.cpp -o /tmp/lsg_stream_lab
 //   /tmp/lsg_stream_lab [THREADS]
+//
 // The zero-masking intrinsics: GCC 12's plain ones pass an undefined vector and warn.
 #include <immintrin.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
+
+#include "lab_timing.hpp"
 
 namespace {
 
@@ -58,9 +60,6 @@ __attribute__((noinline, target("avx512bf16"))) void Run(const uint16_t* y, cons
 using Fn = void (*)(const uint16_t*, const uint16_t*, uint16_t*, long);
 constexpr Fn kFns[4] = {Run<false, false>, Run<false, true>, Run<true, false>, Run<true, true>};
 
-uint16_t ToBf16(float f) { uint32_t b; std::memcpy(&b, &f, 4); return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16); }
-double FromBf16(uint16_t h) { const uint32_t b = uint32_t{h} << 16; float f; std::memcpy(&f, &b, 4); return f; }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,17 +70,17 @@ int main(int argc, char** argv) {
   auto* o = static_cast<uint16_t*>(std::aligned_alloc(64, n * 2));
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uy(-8.0f, 0.0f), ug(-1.0f, 1.0f);
-  for (long i = 0; i < (1 << 20); ++i) y[i] = ToBf16(uy(rng)), g[i] = ToBf16(ug(rng));
+  for (long i = 0; i < (1 << 20); ++i) y[i] = to_bf16(uy(rng)), g[i] = to_bf16(ug(rng));
 #pragma omp parallel for num_threads(threads)
   for (long i = (1 << 20); i < n; ++i) y[i] = y[i % (1 << 20)], g[i] = g[i % (1 << 20)];
   for (int v = 0; v < 4; ++v) {
     kFns[v](y, g, o, 1 << 20);
     for (long i = 0; i < (1 << 20); ++i) {
-      const double e = (v & 2) ? std::exp(FromBf16(y[i])) : FromBf16(y[i]);
-      const double want = FromBf16(g[i]) - e * 1.5, got = FromBf16(o[i]);
+      const double e = (v & 2) ? std::exp(from_bf16(y[i])) : from_bf16(y[i]);
+      const double want = from_bf16(g[i]) - e * 1.5, got = from_bf16(o[i]);
       // Half a bf16 step of the result, plus the f32 arithmetic's error on the terms (the exp's
       // within 2 + 1.25 |y| ulp, |y| <= 8): where they cancel, the result is small and they are not.
-      const double terms = std::fabs(FromBf16(g[i])) + 1.5 * e;
+      const double terms = std::fabs(from_bf16(g[i])) + 1.5 * e;
       if (std::fabs(got - want) > std::ldexp(std::fabs(want), -8) + std::ldexp(terms, -19)) {
         std::printf("variant %d: element %ld is %g, want %g\n", v, i, got, want);
         return 1;
@@ -93,16 +92,16 @@ int main(int argc, char** argv) {
   double best[4] = {0, 0, 0, 0};
   for (int round = 0; round < 5; ++round) {
     for (int v = 0; v < 4; ++v) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double sec = median_seconds([&] {
 #pragma omp parallel num_threads(threads)
-      {
-        const long t = omp_get_thread_num(), a = n / threads * t, b = t + 1 == threads ? n : n / threads * (t + 1);
-        kFns[v](y + a, g + a, o + a, b - a);
-      }
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (n * 6 / dt / 1e9 > best[v]) best[v] = n * 6 / dt / 1e9;
+        {
+          const long t = omp_get_thread_num(), a = n / threads * t, b = t + 1 == threads ? n : n / threads * (t + 1);
+          kFns[v](y + a, g + a, o + a, b - a);
+        }
+      }, 3);
+      best[v] = std::max(best[v], n * 6 / sec / 1e9);
     }
   }
-  for (int v = 0; v < 4; ++v) std::printf("%-22s best of 5: %5.1f GB/s (%d threads)\n", names[v], best[v], threads);
+  for (int v = 0; v < 4; ++v) std::printf("%-22s best of 5 rounds: %5.1f GB/s (%d threads)\n", names[v], best[v], threads);
   return 0;
 }

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "core/workspace.hpp"
 #include "gradops/schema.hpp"
@@ -320,7 +321,12 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // lanes hold no element; folded, they alias real columns, so they are kept out of the forwards'
   // max and sum (the gradients' terms there are 0 * 0 and 0). NaN never wins these comparisons;
   // it reaches its whole group through exp(x - m) and the sum.
-  auto first = [&](const Tile& t, int64_t r) {
+  // `contiguous` (a std::bool_constant): the tile's steps run on into each other in memory (folded
+  // runs; whole rows with no runs-ahead prefetch), so a vector's prefetch is the line
+  // kPrefetchBytes past it. Known at compile time, the pass keeps its pointers in registers: with
+  // the blocks' tests and row-end arithmetic a bf16 folded vector took about 28 instructions, 4 of
+  // them the sum (lab/cpu/NOTES.md, sections 33-34). Column blocks keep their code as it was.
+  auto first = [&](const Tile& t, int64_t r, auto contiguous) {
     const T* HWY_RESTRICT yr = y + at(t, r);
     const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
     const int64_t skip = ahead && r + ahead < n ? ahead * inner : 0;
@@ -330,7 +336,10 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     A* HWY_RESTRICT s = t.s;
     A* HWY_RESTRICT m = t.m;
     return [=](VA acc, int64_t j, int64_t valid) -> VA {
-      if (!ahead) {
+      if constexpr (decltype(contiguous)::value) {
+        PrefetchAhead(yr + j);
+        if constexpr (kGrad) PrefetchAhead(gr + j);
+      } else if (!ahead) {
         const int64_t k = j + (j + kPrefetchBytes / int64_t{sizeof(T)} >= w ? gap : 0);
         PrefetchAhead(yr + k);
         if constexpr (kGrad) PrefetchAhead(gr + k);
@@ -445,19 +454,24 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   // time, so that reads from memory never pause for a write pass. Two sets of accumulators take
   // turns.
   const auto keep = [](VA a, VA) { return a; };
-  auto range = [&](int64_t u0, int64_t u1, A* scratch) {
+  auto pipeline = [&](int64_t u0, int64_t u1, A* scratch, auto contiguous) {
     A* parked = scratch + 4 * stride;
     Tile t = tile(u0, scratch);
-    for (int64_t r = 0; r < rows; ++r) FoldBlocks(d, len(t, r), hn::Zero(d), first(t, r), keep);
+    for (int64_t r = 0; r < rows; ++r) FoldBlocks(d, len(t, r), hn::Zero(d), first(t, r, contiguous), keep);
     for (int64_t u = u0; u < u1; ++u) {
       middle(t, parked);
       const bool more = u + 1 < u1;
       const Tile next = more ? tile(u + 1, (u - u0) % 2 ? scratch : scratch + 2 * stride) : t;
       for (int64_t r = 0; r < rows; ++r)
-        FoldBlocksWriting<kStream>(d, more ? len(next, r) : 0, hn::Zero(d), first(next, r), keep, out + at(t, r),
-                                   len(t, r), value(t, parked, r));
+        FoldBlocksWriting<kStream>(d, more ? len(next, r) : 0, hn::Zero(d), first(next, r, contiguous), keep,
+                                   out + at(t, r), len(t, r), value(t, parked, r));
       t = next;
     }
+  };
+  const bool contiguous = folded || (per_slice == 1 && !ahead);
+  auto range = [&](int64_t u0, int64_t u1, A* scratch) {
+    if (contiguous) pipeline(u0, u1, scratch, std::true_type{});
+    else pipeline(u0, u1, scratch, std::false_type{});
   };
   const int64_t scratch = 4 * stride + (park ? park_len : 0);
   return ForEachRange<A>(desc.op, desc.outer * per_slice, kGrain / std::max<int64_t>(1, block * n), scratch, ctx, range);

@@ -330,9 +330,9 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     const T* HWY_RESTRICT yr = y + at(t, r);
     const T* HWY_RESTRICT gr = kGrad ? dy + at(t, r) : nullptr;
     const int64_t skip = ahead && r + ahead < n ? ahead * inner : 0;
-    // Longer runs prefetch kPrefetchBytes ahead in the order the pass walks: a block's row continues
-    // in the next row, `gap` elements on (whole rows and folded runs are contiguous: no gap).
-    const int64_t w = len(t, r), gap = folded ? 0 : inner - t.w;
+    // Otherwise (column blocks, never folded), runs of 2 KiB or more prefetch kPrefetchBytes ahead
+    // in the order the pass walks: a block's row continues in the next row, `gap` elements on.
+    const int64_t w = len(t, r), gap = inner - t.w;
     A* HWY_RESTRICT s = t.s;
     A* HWY_RESTRICT m = t.m;
     return [=](VA acc, int64_t j, int64_t valid) -> VA {

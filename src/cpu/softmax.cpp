@@ -70,6 +70,7 @@ using ::gradops::detail::SoftmaxKind;
 
 constexpr int64_t kMaxParked = 1 << 16;   // Softmax: exp values a thread keeps between sum and write
 constexpr int64_t kMaxFoldVectors = 64;  // the most vectors lcm(inner, lanes) may span to fold
+constexpr int64_t kFoldSpacing = 8;      // vectors between two updates of one folded accumulator, at least
 constexpr int64_t kMinBlockRun = 256;    // bytes: the shortest run a row of a column block may have
 
 template <class D> using V = hn::Vec<D>;
@@ -250,6 +251,12 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
     // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
     // per pass, against slab / L for the pass itself.
     W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
+    // Short of 64 vectors, the slab goes in one run (fold_run below), whose vectors take their
+    // accumulator j mod W: W then need only keep one accumulator's updates kFoldSpacing vectors
+    // apart, beyond the latency of its load-add-store. A longer W is fixed cost a slab (fill,
+    // fold, spread), which for [1000, 3] was a fifth of the time in cache (lab/cpu/NOTES.md,
+    // section 35).
+    if (W < kMaxFoldVectors * L) W = std::min(W, lcm * chunk_count(kFoldSpacing * L, lcm));
   } else {
     // Not folded, a tile is the slab in whole rows, or a block of its columns (a multiple of L
     // wide): lane i of vector k in a row serves inner position i0 + k L + i. Where the slab's

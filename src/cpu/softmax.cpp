@@ -248,15 +248,13 @@ Status RunStrided(const SoftmaxDesc& desc, const Context& ctx) {
   const bool folded = inner < 4 * L || (lcm <= kMaxFoldVectors * L && slab_bytes <= l2_reuse_bytes());
   int64_t W = 0, block = inner, per_slice = 1;
   if (folded) {
-    // Up to 64 vectors, but at most an eighth of the slab: folding W costs about W / L vector ops
-    // per pass, against slab / L for the pass itself.
-    W = lcm * std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
-    // Short of 64 vectors, the slab goes in one run (fold_run below), whose vectors take their
-    // accumulator j mod W: W then need only keep one accumulator's updates kFoldSpacing vectors
-    // apart, beyond the latency of its load-add-store. A longer W is fixed cost a slab (fill,
-    // fold, spread), which for [1000, 3] was a fifth of the time in cache (lab/cpu/NOTES.md,
-    // section 35).
-    if (W < kMaxFoldVectors * L) W = std::min(W, lcm * chunk_count(kFoldSpacing * L, lcm));
+    // Folding W costs about W / L vector ops a slab (fill, fold, spread), so W is at most an
+    // eighth of the slab. Where that reaches 64 vectors, the passes go in runs of W (fold_run
+    // below). Otherwise the slab is one run whose vector at j takes accumulator j mod W, and W need
+    // only keep one accumulator's load-add-store updates kFoldSpacing vectors apart: a longer W was
+    // a fifth of the in-cache time of [1000, 3] slabs (lab/cpu/NOTES.md, section 35).
+    const int64_t m = std::max<int64_t>(1, std::min(chunk_count(kMaxFoldVectors * L, lcm), chunk_count(slab, 8 * lcm)));
+    W = lcm * (lcm * m >= kMaxFoldVectors * L ? m : std::min(m, chunk_count(kFoldSpacing * L, lcm)));
   } else {
     // Not folded, a tile is the slab in whole rows, or a block of its columns (a multiple of L
     // wide): lane i of vector k in a row serves inner position i0 + k L + i. Where the slab's
